@@ -1,0 +1,1 @@
+"""Isolated code execution: supervisor, executor bootstrap and backend launchers."""

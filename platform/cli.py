@@ -1,0 +1,3 @@
+"""placeholder"""
+def main() -> None:
+    print("berth")

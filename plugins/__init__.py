@@ -1,0 +1,1 @@
+"""Built-in platform plugins (storage, model providers, exec backends, secret providers, tool packs)."""
