@@ -12,9 +12,7 @@ if __name__ == "platform":  # pragma: no cover - exercised in a subprocess by th
     import sysconfig as _sysconfig
     from pathlib import Path as _Path
 
-    _spec = _util.spec_from_file_location(
-        "platform", _Path(_sysconfig.get_paths()["stdlib"]) / "platform.py"
-    )
+    _spec = _util.spec_from_file_location("platform", _Path(_sysconfig.get_paths()["stdlib"]) / "platform.py")
     assert _spec is not None and _spec.loader is not None
     _stdlib_platform = _util.module_from_spec(_spec)
     _sys.modules["platform"] = _stdlib_platform

@@ -1,3 +1,0 @@
-"""placeholder"""
-def main() -> None:
-    print("berth")

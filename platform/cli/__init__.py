@@ -1,0 +1,28 @@
+"""The ``berth`` command line (SPEC §10). Exit codes: 0 ok, 1 runtime error, 2 usage or config error."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+from berth.cli.descriptors import descriptors_group
+from berth.cli.errors import run_guarded
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="berth-platform", prog_name="berth")
+def cli() -> None:
+    """Berth: a host for AI agent bundles."""
+
+
+cli.add_command(descriptors_group)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the CLI and exit with its code (the ``berth`` console script)."""
+    sys.exit(run_guarded(cli, list(argv) if argv is not None else None))
+
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,52 @@
+"""Running a click command so that every failure is one clear message and a documented exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from berth.config.errors import ConfigError, DescriptorError
+from berth.config.redaction import redact
+
+EXIT_OK = 0
+EXIT_RUNTIME_ERROR = 1
+EXIT_CONFIG_ERROR = 2
+
+
+def report_descriptor_error(exc: DescriptorError) -> None:
+    """Print every problem of ``exc`` to stderr, then a one-line summary."""
+    for problem in exc.problems:
+        click.echo(str(problem), err=True)
+    files = {problem.file for problem in exc.problems}
+    noun = "problem" if len(exc.problems) == 1 else "problems"
+    click.echo(f"{len(exc.problems)} {noun} in {len(files)} file(s)", err=True)
+
+
+def run_guarded(command: click.Command, argv: list[str] | None) -> int:
+    """Run ``command``; map descriptor/config errors to exit 2 and anything unexpected to exit 1.
+
+    No traceback is printed for errors a user can fix; an unexpected error prints its type and
+    (redacted) message only.
+    """
+    try:
+        command.main(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_CONFIG_ERROR if isinstance(exc, click.UsageError) else exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_RUNTIME_ERROR
+    except DescriptorError as exc:
+        report_descriptor_error(exc)
+        return EXIT_CONFIG_ERROR
+    except ConfigError as exc:
+        click.echo(f"error [{exc.code}]: {redact(str(exc))}", err=True)
+        return EXIT_CONFIG_ERROR
+    except Exception as exc:
+        click.echo(f"error: {type(exc).__name__}: {redact(str(exc))}", err=True)
+        return EXIT_RUNTIME_ERROR
+    sys.stdout.flush()
+    return EXIT_OK

@@ -1,0 +1,202 @@
+"""Checks across descriptor files: every name one file uses must be declared by another."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from berth.config.descriptors import (
+    ASSEMBLY,
+    BUNDLES,
+    BUNDLES_SECRETS,
+    GATEWAY,
+    SECRETS,
+    DescriptorSet,
+)
+from berth.config.errors import ConfigError, DescriptorError, DescriptorProblem
+from berth.config.models.common import is_secret_ref, secret_ref_name
+from berth.config.secrets import parse_secret_source
+from berth.config.settings import resolve_platform_settings
+from berth.config.yamlsource import format_field_path
+
+
+def cross_file_problems(descriptors: DescriptorSet, secret_providers: Iterable[str]) -> list[DescriptorProblem]:
+    """Every cross-file problem of ``descriptors`` (an empty list when the set is consistent)."""
+    providers = list(secret_providers)
+    return [
+        *_bundle_scope_problems(descriptors),
+        *_bundle_secret_problems(descriptors),
+        *_gateway_problems(descriptors),
+        *_secret_ref_problems(descriptors),
+        *_secret_source_problems(descriptors, providers),
+        *_effective_settings_problems(descriptors),
+    ]
+
+
+def _problem(descriptors: DescriptorSet, file: str, path: tuple[Any, ...], message: str) -> DescriptorProblem:
+    document = descriptors.document(file)
+    line, _ = document.lines.locate(path)
+    return DescriptorProblem(document.file, line, format_field_path(path), message)
+
+
+def _scope_problem(descriptors: DescriptorSet, scope_key: str) -> str | None:
+    """Why ``scope_key`` (``tenant`` or ``tenant/project``) is not declared, or None."""
+    tenant, _, project = scope_key.partition("/")
+    if not descriptors.assembly.has_scope(tenant):
+        known = ", ".join(sorted(descriptors.assembly.tenants)) or "none"
+        return f"tenant '{tenant}' is not declared in assembly.yaml (known: {known})"
+    if project and not descriptors.assembly.has_scope(tenant, project):
+        known = ", ".join(sorted(descriptors.assembly.tenants[tenant].projects)) or "none"
+        return f"project '{project}' is not declared for tenant '{tenant}' in assembly.yaml (known: {known})"
+    return None
+
+
+def _known(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names)) or "none"
+
+
+def _bundle_scope_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    declared = descriptors.bundles.bundles
+    for scope_key, entry in descriptors.bundles.tenants.items():
+        base = ("tenants", scope_key)
+        reason = _scope_problem(descriptors, scope_key)
+        if reason:
+            yield _problem(descriptors, BUNDLES, base, reason)
+        unknown_in_list = False
+        for index, bundle_id in enumerate(entry.bundles):
+            if bundle_id not in declared:
+                unknown_in_list = True
+                yield _problem(
+                    descriptors,
+                    BUNDLES,
+                    (*base, "bundles", index),
+                    f"unknown bundle '{bundle_id}' (known: {_known(declared)})",
+                )
+        tenant, _, project = scope_key.partition("/")
+        visible = descriptors.scope_bundles(tenant, project or None).bundles
+        default = entry.default_bundle
+        if default is not None and default not in visible:
+            if default not in declared:
+                yield _problem(
+                    descriptors,
+                    BUNDLES,
+                    (*base, "default_bundle"),
+                    f"unknown bundle '{default}' (known: {_known(declared)})",
+                )
+            elif not unknown_in_list:  # with a typo in the list, the typo is the one problem to report
+                yield _problem(
+                    descriptors,
+                    BUNDLES,
+                    (*base, "default_bundle"),
+                    f"'{default}' is not one of this scope's bundles ({_known(visible)})",
+                )
+        for bundle_id in entry.props:
+            if bundle_id not in visible:
+                yield _problem(
+                    descriptors,
+                    BUNDLES,
+                    (*base, "props", bundle_id),
+                    f"props for bundle '{bundle_id}', which this scope does not use (its bundles: {_known(visible)})",
+                )
+
+
+def _bundle_secret_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    declared = descriptors.bundles.bundles
+    for bundle_id in descriptors.bundles_secrets.bundles:
+        if bundle_id not in declared:
+            yield _problem(
+                descriptors,
+                BUNDLES_SECRETS,
+                ("bundles", bundle_id),
+                f"unknown bundle '{bundle_id}' (known: {_known(declared)})",
+            )
+    for scope_key, per_bundle in descriptors.bundles_secrets.tenants.items():
+        reason = _scope_problem(descriptors, scope_key)
+        if reason:
+            yield _problem(descriptors, BUNDLES_SECRETS, ("tenants", scope_key), reason)
+        for bundle_id in per_bundle:
+            if bundle_id not in declared:
+                yield _problem(
+                    descriptors,
+                    BUNDLES_SECRETS,
+                    ("tenants", scope_key, bundle_id),
+                    f"unknown bundle '{bundle_id}' (known: {_known(declared)})",
+                )
+
+
+def _gateway_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    gateway = descriptors.gateway
+    for index, key in enumerate(gateway.auth.keys):
+        base = ("auth", "keys", index)
+        if key.tenant == "*":
+            continue
+        reason = _scope_problem(descriptors, key.tenant)
+        if reason:
+            yield _problem(descriptors, GATEWAY, (*base, "tenant"), reason)
+            continue
+        for p_index, project in enumerate(key.projects or []):
+            reason = _scope_problem(descriptors, f"{key.tenant}/{project}")
+            if reason:
+                yield _problem(descriptors, GATEWAY, (*base, "projects", p_index), reason)
+    for tenant in gateway.limits.tenants:
+        reason = _scope_problem(descriptors, tenant)
+        if reason:
+            yield _problem(descriptors, GATEWAY, ("limits", "tenants", tenant), reason)
+
+
+def _strings(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _strings(value, (*path, index))
+    elif isinstance(node, str):
+        yield path, node
+
+
+def _secret_ref_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    declared = descriptors.secrets.root
+    for file in (ASSEMBLY, BUNDLES, GATEWAY):
+        for path, value in _strings(descriptors.document(file).data):
+            if is_secret_ref(value) and secret_ref_name(value) not in declared:
+                yield _problem(
+                    descriptors,
+                    file,
+                    path,
+                    f"secret '{secret_ref_name(value)}' is not declared in secrets.yaml (known: {_known(declared)})",
+                )
+
+
+def _secret_source_problems(descriptors: DescriptorSet, providers: list[str]) -> Iterator[DescriptorProblem]:
+    sources: list[tuple[str, tuple[Any, ...], str]] = [
+        (SECRETS, (name,), source) for name, source in descriptors.secrets.root.items()
+    ]
+    sources += [
+        (BUNDLES_SECRETS, ("bundles", bundle_id, name), source)
+        for bundle_id, secrets in descriptors.bundles_secrets.bundles.items()
+        for name, source in secrets.items()
+    ]
+    sources += [
+        (BUNDLES_SECRETS, ("tenants", scope, bundle_id, name), source)
+        for scope, per_bundle in descriptors.bundles_secrets.tenants.items()
+        for bundle_id, secrets in per_bundle.items()
+        for name, source in secrets.items()
+    ]
+    for file, path, source in sources:
+        try:
+            parse_secret_source(source, providers)
+        except ConfigError as exc:
+            yield _problem(descriptors, file, path, str(exc))
+
+
+def _effective_settings_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    assembly = descriptors.document(ASSEMBLY)
+    scopes: list[tuple[str | None, str | None]] = [(None, None)]
+    scopes += [(tenant, None) for tenant in sorted(descriptors.assembly.tenants)]
+    scopes += descriptors.assembly.scopes()
+    for tenant, project in scopes:
+        try:
+            resolve_platform_settings(assembly, tenant, project)
+        except DescriptorError as exc:
+            yield from exc.problems

@@ -1,0 +1,257 @@
+"""``assembly.yaml``: the platform (storage, models, react, exec, embedder) and its tenants/projects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+
+from pydantic import Discriminator, Field, Tag, model_validator
+
+from berth.config.models.common import DescriptorModel, ScopeName, SecretSetting, partial_model
+
+
+class EmbeddedStorage(DescriptorModel):
+    """Single-process storage: SQLite and files under ``root``, an in-process bus."""
+
+    kind: Literal["embedded"] = "embedded"
+    root: str = Field("./var", description="folder for the SQLite database and artifacts")
+
+
+class PostgresConfig(DescriptorModel):
+    """PostgreSQL connection for conversations, turn logs and the memory index."""
+
+    dsn: SecretSetting
+    pool_min: int = Field(1, ge=0)
+    pool_max: int = Field(10, ge=1)
+
+
+class RedisConfig(DescriptorModel):
+    """Redis connection for the bus, SSE fan-out, turn queue and rate-limit counters."""
+
+    url: SecretSetting
+
+
+class S3Artifacts(DescriptorModel):
+    """Artifacts in an S3 bucket."""
+
+    kind: Literal["s3"]
+    bucket: str = Field(min_length=3)
+    prefix: str = ""
+    region: str | None = None
+    endpoint_url: str | None = Field(None, description="for S3-compatible stores")
+
+
+class LocalArtifacts(DescriptorModel):
+    """Artifacts on the local file system (one-node installs)."""
+
+    kind: Literal["local"] = "local"
+    root: str = "./var/artifacts"
+
+
+def _kind_or(default: str) -> Callable[[Any], str]:
+    """A discriminator that reads ``kind`` and falls back to ``default`` when it is not given."""
+
+    def discriminate(value: Any) -> str:
+        kind = value.get("kind", default) if isinstance(value, dict) else getattr(value, "kind", default)
+        return str(kind)
+
+    return discriminate
+
+
+ArtifactsConfig = Annotated[
+    Annotated[S3Artifacts, Tag("s3")] | Annotated[LocalArtifacts, Tag("local")],
+    Discriminator(_kind_or("local"), custom_error_type="invalid_kind", custom_error_message="unknown artifacts kind"),
+]
+
+
+class DistributedStorage(DescriptorModel):
+    """Many workers sharing PostgreSQL, Redis and an artifact store."""
+
+    kind: Literal["distributed"]
+    postgres: PostgresConfig
+    redis: RedisConfig
+    artifacts: ArtifactsConfig = Field(default_factory=LocalArtifacts)
+
+
+StorageConfig = Annotated[
+    Annotated[EmbeddedStorage, Tag("embedded")] | Annotated[DistributedStorage, Tag("distributed")],
+    Discriminator(
+        _kind_or("embedded"),
+        custom_error_type="invalid_kind",
+        custom_error_message="unknown storage kind (known: embedded, distributed)",
+    ),
+]
+
+
+class ModelRef(DescriptorModel):
+    """Which model a role uses, through which provider plugin."""
+
+    provider: str = Field("anthropic", min_length=1, description="a model-provider plugin name")
+    model: str = Field(min_length=1)
+    max_output_tokens: int | None = Field(None, gt=0)
+    context_window: int | None = Field(None, gt=0)
+    api_key: SecretSetting | None = Field(None, description="defaults to the provider's own secret name")
+    base_url: str | None = None
+
+
+DEFAULT_MODEL = ModelRef(
+    provider="anthropic", model="claude-sonnet-5-5", max_output_tokens=8192, context_window=200_000
+)
+
+
+class ModelsConfig(DescriptorModel):
+    """The default model and named roles (``summarizer``, …) that fall back to it."""
+
+    default: ModelRef = DEFAULT_MODEL
+    roles: dict[str, ModelRef] = Field(default_factory=dict)
+
+    def for_role(self, role: str | None) -> ModelRef:
+        """Return the model configured for ``role``, or the default when the role is not named."""
+        return self.roles.get(role, self.default) if role else self.default
+
+
+class ReactConfig(DescriptorModel):
+    """Budgets and switches of the shared ReAct loop."""
+
+    max_iterations: int = Field(15, ge=1, le=1000)
+    context_budget_tokens: int = Field(150_000, ge=1_000)
+    cache_ttl_seconds: int = Field(300, ge=0)
+    multi_action: Literal["off", "safe_fanout"] = "off"
+    compaction_threshold: float = Field(0.9, gt=0, le=1)
+    cache_checkpoint_offset: int = Field(2, ge=1)
+
+
+class LocalExecProfile(DescriptorModel):
+    """Executor in a bubblewrap sandbox on the host."""
+
+    backend: Literal["local"]
+    timeout_s: float = Field(60, gt=0)
+    memory_mb: int = Field(1024, gt=0)
+    pids: int = Field(128, gt=0)
+    cpu_s: int = Field(60, gt=0)
+
+
+class DockerExecProfile(DescriptorModel):
+    """Executor in a Docker container (split: sibling executor container; combined: one container)."""
+
+    backend: Literal["docker"]
+    image: str = "berth-exec:latest"
+    strategy: Literal["split", "combined"] = "split"
+    cpus: float = Field(1.0, gt=0)
+    memory_mb: int = Field(2048, gt=0)
+    pids: int = Field(256, gt=0)
+    timeout_s: float = Field(120, gt=0)
+
+
+class FargateExecProfile(DescriptorModel):
+    """Executor in an AWS ECS Fargate task."""
+
+    backend: Literal["fargate"]
+    cluster: str
+    task_definition: str
+    subnets: list[str] = Field(min_length=1)
+    security_groups: list[str] = Field(default_factory=list)
+    artifacts_bucket: str
+    region: str | None = None
+    timeout_s: float = Field(900, gt=0)
+
+
+ExecProfile = Annotated[LocalExecProfile | DockerExecProfile | FargateExecProfile, Field(discriminator="backend")]
+
+
+_DEFAULT_PROFILES: dict[str, LocalExecProfile | DockerExecProfile | FargateExecProfile] = {
+    "sandbox": LocalExecProfile(backend="local")
+}
+
+
+class ExecConfig(DescriptorModel):
+    """Isolated-execution profiles and which one ``exec.python`` uses by default."""
+
+    default_profile: str = "sandbox"
+    descriptor_payload_scope: Literal["active_bundle", "full"] = "active_bundle"
+    profiles: dict[str, ExecProfile] = Field(default_factory=lambda: dict(_DEFAULT_PROFILES))
+
+    @model_validator(mode="after")
+    def _default_profile_exists(self) -> ExecConfig:
+        if self.default_profile not in self.profiles:
+            known = ", ".join(sorted(self.profiles)) or "none"
+            raise ValueError(f"default_profile '{self.default_profile}' is not a profile (known: {known})")
+        return self
+
+
+class EmbedderConfig(DescriptorModel):
+    """Embeddings for memory search."""
+
+    provider: str = "builtin"
+    model: str | None = None
+
+
+class PlatformConfig(DescriptorModel):
+    """The ``platform:`` section: settings every tenant inherits."""
+
+    storage: StorageConfig = Field(default_factory=EmbeddedStorage)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    react: ReactConfig = Field(default_factory=ReactConfig)
+    exec: ExecConfig = Field(default_factory=ExecConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    secret_providers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="options per secret-provider plugin, e.g. aws-sm: {region: ...}"
+    )
+
+
+if TYPE_CHECKING:  # the overrides are built at run time; to the type checker they are plain models
+    ReactOverride: TypeAlias = DescriptorModel
+    ModelsOverride: TypeAlias = DescriptorModel
+    ExecOverride: TypeAlias = DescriptorModel
+    EmbedderOverride: TypeAlias = DescriptorModel
+else:
+    ReactOverride = partial_model(ReactConfig, "ReactOverride")
+    ModelsOverride = partial_model(ModelsConfig, "ModelsOverride")
+    ExecOverride = partial_model(ExecConfig, "ExecOverride")
+    EmbedderOverride = partial_model(EmbedderConfig, "EmbedderOverride")
+
+OVERRIDABLE_SECTIONS = ("models", "react", "exec", "embedder")
+
+
+class ProjectConfig(DescriptorModel):
+    """One project of a tenant: a title and overrides of the tenant's settings."""
+
+    title: str | None = None
+    models: ModelsOverride | None = None
+    react: ReactOverride | None = None
+    exec: ExecOverride | None = None
+    embedder: EmbedderOverride | None = None
+
+
+class TenantConfig(DescriptorModel):
+    """One tenant: overrides of the platform's settings and its projects."""
+
+    title: str | None = None
+    models: ModelsOverride | None = None
+    react: ReactOverride | None = None
+    exec: ExecOverride | None = None
+    embedder: EmbedderOverride | None = None
+    projects: dict[ScopeName, ProjectConfig] = Field(default_factory=dict)
+
+
+def _default_tenants() -> dict[str, TenantConfig]:
+    return {"default": TenantConfig(projects={"default": ProjectConfig(title="Default project")})}
+
+
+class AssemblyDescriptor(DescriptorModel):
+    """``assembly.yaml``."""
+
+    platform: PlatformConfig = Field(default_factory=PlatformConfig)
+    tenants: dict[ScopeName, TenantConfig] = Field(
+        default_factory=_default_tenants,
+        description="tenants and their projects; defaults to one tenant 'default' with project 'default'",
+    )
+
+    def has_scope(self, tenant: str, project: str | None = None) -> bool:
+        """True when ``tenant`` (and ``project`` of it, if given) is declared."""
+        declared = self.tenants.get(tenant)
+        return declared is not None and (project is None or project in declared.projects)
+
+    def scopes(self) -> list[tuple[str, str]]:
+        """Every declared (tenant, project) pair, sorted."""
+        return sorted((t, p) for t, cfg in self.tenants.items() for p in cfg.projects)

@@ -1,0 +1,159 @@
+"""``gateway.yaml``: who may call the API (auth) and how much (limits, backpressure, attachments)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
+
+from pydantic import Field, field_validator, model_validator
+
+from berth.config.models.common import DescriptorModel, ScopeName, partial_model
+
+Role = Literal["user", "admin"]
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="hex SHA-256 of the API key")]
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when ``host`` names only this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class ListenConfig(DescriptorModel):
+    """Where ``berth run`` listens (``--host``/``--port`` override it)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+
+
+class ApiKey(DescriptorModel):
+    """One API key, stored as the SHA-256 of the key (the key itself is never in a descriptor)."""
+
+    id: str = Field(min_length=1, max_length=64)
+    sha256: Sha256Hex
+    tenant: ScopeName | Literal["*"]
+    projects: list[ScopeName] | None = Field(None, description="default: every project of the tenant")
+    roles: list[Role] = Field(default_factory=lambda: list[Role](["user"]), min_length=1)
+
+    @field_validator("sha256")
+    @classmethod
+    def _lowercase(cls, value: str) -> str:
+        return value.lower()
+
+
+class AuthConfig(DescriptorModel):
+    """How callers authenticate: ``none`` (embedded development, loopback only) or ``api_keys``."""
+
+    mode: Literal["none", "api_keys"] = "none"
+    keys: list[ApiKey] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _keys_consistent(self) -> AuthConfig:
+        if self.mode == "api_keys" and not self.keys:
+            raise ValueError("mode 'api_keys' needs at least one entry in 'keys'")
+        seen_ids: set[str] = set()
+        seen_hashes: set[str] = set()
+        for key in self.keys:
+            if key.id in seen_ids:
+                raise ValueError(f"key id '{key.id}' is given twice")
+            if key.sha256 in seen_hashes:
+                raise ValueError(f"key '{key.id}' has the same sha256 as another key")
+            seen_ids.add(key.id)
+            seen_hashes.add(key.sha256)
+        return self
+
+
+class Limits(DescriptorModel):
+    """Admission limits of one tenant."""
+
+    requests_per_minute: int = Field(60, gt=0)
+    burst: int = Field(20, ge=0)
+    concurrent_turns: int = Field(4, gt=0)
+    max_body_bytes: int = Field(26_214_400, gt=0)
+
+
+if TYPE_CHECKING:  # built at run time; to the type checker a plain model
+    LimitsOverride: TypeAlias = DescriptorModel
+else:
+    LimitsOverride = partial_model(Limits, "LimitsOverride")
+
+
+class LimitsConfig(DescriptorModel):
+    """Default limits and per-tenant overrides."""
+
+    default: Limits = Field(default_factory=Limits)
+    tenants: dict[ScopeName, LimitsOverride] = Field(default_factory=dict)
+
+    def for_tenant(self, tenant: str) -> Limits:
+        """The effective limits of ``tenant`` (default merged with its override)."""
+        if tenant not in self.tenants:
+            return self.default
+        override = self.tenants[tenant]
+        return self.default.model_copy(update=override.model_dump(exclude_none=True))
+
+
+class Backpressure(DescriptorModel):
+    """When a worker is full: answer 503 with ``Retry-After``."""
+
+    max_inflight_turns_per_worker: int = Field(64, gt=0)
+    queue_max: int = Field(1000, ge=0)
+    retry_after_s: float = Field(2, gt=0)
+
+
+class ZipLimits(DescriptorModel):
+    """Limits on zip-based attachments (zip bombs)."""
+
+    max_entries: int = Field(2000, gt=0)
+    max_ratio: float = Field(200, gt=0)
+    max_total_bytes: int = Field(125_829_120, gt=0)
+
+
+DEFAULT_ALLOWED_MIME = [
+    "application/pdf",
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "text/*",
+    "application/vnd.openxmlformats-officedocument.*",
+]
+
+
+class AttachmentsConfig(DescriptorModel):
+    """What users may attach to a message."""
+
+    max_file_bytes: int = Field(10_485_760, gt=0)
+    max_message_bytes: int = Field(26_214_400, gt=0)
+    allowed_mime: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_MIME))
+    reject_macros: bool = True
+    zip: ZipLimits = Field(default_factory=ZipLimits)
+
+
+class CorsConfig(DescriptorModel):
+    """Cross-origin callers allowed by the API."""
+
+    allow_origins: list[str] = Field(default_factory=lambda: ["http://localhost:8000"])
+
+
+class GatewayDescriptor(DescriptorModel):
+    """``gateway.yaml``."""
+
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    backpressure: Backpressure = Field(default_factory=Backpressure)
+    attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
+    cors: CorsConfig = Field(default_factory=CorsConfig)
+
+    @model_validator(mode="after")
+    def _no_open_auth_off_loopback(self) -> GatewayDescriptor:
+        if self.auth.mode == "none" and not is_loopback_host(self.listen.host):
+            raise ValueError(
+                f"auth mode 'none' may only listen on loopback, not '{self.listen.host}'; "
+                "configure auth.mode: api_keys or listen on 127.0.0.1"
+            )
+        return self

@@ -1,0 +1,1 @@
+"""The plugin host: platform plugins, bundle discovery, generations and reload."""

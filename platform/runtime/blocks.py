@@ -1,0 +1,153 @@
+"""Timeline blocks: the typed, immutable records a conversation's timeline is made of.
+
+A :class:`Block` is a frozen pydantic model. Its ``ts`` is always a timezone-aware UTC instant and
+serializes as ISO-8601 with a ``Z`` suffix; naive timestamps are refused. Every block names the turn it
+belongs to in one field, ``turn_id``, and carries a logical path (:mod:`berth.runtime.paths`) that is
+consistent with it: ``tc:turn_4.c3.result`` can only be the path of a block of ``turn_4`` whose
+``call_id`` is ``c3``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    model_validator,
+)
+
+from berth.runtime.paths import TURN_ID_PATTERN, LogicalPathError, ToolCallPath, parse_path, path_turn_id
+
+__all__ = [
+    "FINAL_ANSWER_TYPES",
+    "Author",
+    "Block",
+    "BlockType",
+    "UtcTimestamp",
+    "format_utc",
+]
+
+
+def _require_utc(value: datetime) -> datetime:
+    """Refuse naive datetimes and convert aware ones to UTC."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamps must carry a timezone (UTC ISO-8601, e.g. '2026-03-01T10:00:00Z')")
+    return value.astimezone(UTC)
+
+
+def format_utc(value: datetime) -> str:
+    """Format an aware datetime as UTC ISO-8601 with a ``Z`` suffix (microseconds only when non-zero)."""
+    utc = _require_utc(value)
+    spec = "microseconds" if utc.microsecond else "seconds"
+    return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+UtcTimestamp: TypeAlias = Annotated[
+    datetime,
+    AfterValidator(_require_utc),
+    PlainSerializer(format_utc, return_type=str, when_used="json"),
+]
+"""A timezone-aware instant, normalized to UTC, serialized as ISO-8601 ``...Z`` in JSON."""
+
+
+class BlockType(StrEnum):
+    """The block types the runtime knows (SPEC §4.3), plus the live-event blocks of §4.1."""
+
+    TURN_HEADER = "turn.header"
+    USER_PROMPT = "user.prompt"
+    USER_ATTACHMENT = "user.attachment"
+    USER_FOLLOWUP = "user.followup"
+    USER_STEER = "user.steer"
+    REACT_THINKING = "react.thinking"
+    REACT_NOTES = "react.notes"
+    REACT_TOOL_CALL = "react.tool.call"
+    REACT_TOOL_CODE = "react.tool.code"
+    REACT_TOOL_RESULT = "react.tool.result"
+    REACT_NOTICE = "react.notice"
+    REACT_PLAN = "react.plan"
+    REACT_PLAN_ACK = "react.plan.ack"
+    ASSISTANT_COMPLETION = "assistant.completion"
+    ASSISTANT_FOLLOWUPS = "assistant.followups"
+    CONV_RANGE_SUMMARY = "conv.range.summary"
+    CONV_WORKING_SUMMARY = "conv.working.summary"
+    SYSTEM_MESSAGE = "system.message"
+    TURN_STATUS = "turn.status"
+
+
+FINAL_ANSWER_TYPES: Final[frozenset[BlockType]] = frozenset(
+    {BlockType.ASSISTANT_COMPLETION, BlockType.ASSISTANT_FOLLOWUPS, BlockType.TURN_STATUS}
+)
+"""The final-answer family: these blocks form the last round of a turn, apart from tool rounds."""
+
+Author: TypeAlias = Literal["user", "assistant", "runtime", "tool"]
+
+_CALL_ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
+
+
+class Block(BaseModel):
+    """One immutable record on a conversation's timeline.
+
+    Exactly the fields of SPEC §4.3, plus ``call_id``, which ties the blocks of one round (the
+    decision notes, the call, its code and every part of its result) together. At most one of
+    ``text``, ``data`` and ``blob_ref`` is set. A hidden block keeps its content (``react.read``
+    re-opens it) and renders as its ``replacement``. To change a block, make a new one with
+    :meth:`pydantic.BaseModel.model_copy`; the timeline swaps it in.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: BlockType
+    path: str
+    turn_id: Annotated[str, Field(pattern=f"^{TURN_ID_PATTERN}$")]
+    ts: UtcTimestamp
+    author: Author
+    mime: str = "text/plain"
+    text: str | None = None
+    data: JsonValue = None
+    blob_ref: str | None = None
+    meta: dict[str, JsonValue] = Field(default_factory=dict)
+    call_id: Annotated[str | None, Field(pattern=_CALL_ID_PATTERN)] = None
+    hidden: bool = False
+    replacement: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _call_id_from_tool_call_path(cls, values: Any) -> Any:
+        """A ``tc:`` path names its call; fill ``call_id`` from it when the caller left it out."""
+        if isinstance(values, dict) and values.get("call_id") is None:
+            path = values.get("path")
+            if isinstance(path, str) and path.startswith("tc:"):
+                try:
+                    parsed = parse_path(path)
+                except LogicalPathError:
+                    return values  # the after-validator reports the bad path with its code
+                if isinstance(parsed, ToolCallPath):
+                    return {**values, "call_id": parsed.call_id}
+        return values
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Self:
+        try:
+            parsed = parse_path(self.path)
+        except LogicalPathError as error:
+            raise ValueError(f"path: {error}") from None
+        owner = path_turn_id(parsed)
+        if owner is not None and owner != self.turn_id:
+            raise ValueError(f"path {self.path!r} belongs to {owner!r}, not to turn_id {self.turn_id!r}")
+        if isinstance(parsed, ToolCallPath) and parsed.call_id != self.call_id:
+            raise ValueError(f"path {self.path!r} names call {parsed.call_id!r}, not call_id {self.call_id!r}")
+        contents = sum(value is not None for value in (self.text, self.data, self.blob_ref))
+        if contents > 1:
+            raise ValueError("a block carries at most one of text, data and blob_ref")
+        if self.hidden and not self.replacement:
+            raise ValueError("a hidden block needs a replacement text saying what was hidden")
+        if not self.hidden and self.replacement is not None:
+            raise ValueError("only a hidden block has a replacement")
+        return self

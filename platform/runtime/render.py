@@ -1,0 +1,242 @@
+"""Render a timeline into a provider-neutral prompt with cache checkpoints.
+
+Order (SPEC §4.5): the system message → history (from the latest compaction summary on; TTL-pruned
+turns as compact cards) → the current turn → SOURCES POOL → ANNOUNCE. The system message and up to
+three timeline ranges carry a cache checkpoint (:mod:`berth.runtime.caching`); SOURCES POOL and
+ANNOUNCE come after the last checkpoint and are rebuilt every round. Nothing before the last
+checkpoint depends on the clock, the budget, the plans' progress or the sources pool, so two renders
+of the same timeline share their cached prefix byte for byte.
+
+A provider plugin maps the result onto its API: each :class:`PromptPart` becomes one content block, and
+a part with a ``cache_checkpoint`` gets the provider's cache marker (Anthropic ``cache_control``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Final, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict
+
+from berth.runtime.announce import AnnounceState, render_announce
+from berth.runtime.blocks import Block, BlockType, format_utc
+from berth.runtime.caching import (
+    DEFAULT_PRE_TAIL_OFFSET,
+    MAX_CACHE_BREAKPOINTS,
+    CacheCheckpoint,
+    CheckpointKind,
+    plan_checkpoints,
+)
+from berth.runtime.pruning import PRUNING_NOTICE, render_pruned_turn
+from berth.runtime.sources import SourcesPool, render_sources_pool
+from berth.runtime.timeline import Timeline
+
+__all__ = [
+    "BLOCK_SEPARATOR",
+    "PromptMessage",
+    "PromptPart",
+    "PromptSection",
+    "RenderedPrompt",
+    "TimelineRenderer",
+    "render_block",
+    "render_timeline",
+    "visible_start",
+]
+
+PromptSection: TypeAlias = Literal["system", "history", "current_turn", "sources", "announce"]
+
+BLOCK_SEPARATOR: Final = "\n\n"
+"""What separates two rendered blocks inside one prompt part."""
+
+
+class PromptPart(BaseModel):
+    """One content block of the prompt; ``cache_checkpoint`` marks the end of a cached prefix."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    section: PromptSection
+    text: str
+    cache_checkpoint: CheckpointKind | None = None
+
+
+class PromptMessage(BaseModel):
+    """One message of the provider-neutral prompt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Literal["system", "user"]
+    parts: tuple[PromptPart, ...]
+
+
+class RenderedPrompt(BaseModel):
+    """A rendered round: the messages to send and where the timeline checkpoints were placed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    messages: tuple[PromptMessage, ...]
+    checkpoints: tuple[CacheCheckpoint, ...]
+    start: int
+
+    def parts(self) -> tuple[PromptPart, ...]:
+        """Return every part of every message, in order."""
+        return tuple(part for message in self.messages for part in message.parts)
+
+    def breakpoint_count(self) -> int:
+        """Return how many parts carry a cache checkpoint (never more than four)."""
+        return sum(part.cache_checkpoint is not None for part in self.parts())
+
+    def cached_prefix(self) -> tuple[str, ...]:
+        """Return the texts of the parts up to and including the last one with a checkpoint."""
+        parts = self.parts()
+        last = max((i for i, part in enumerate(parts) if part.cache_checkpoint), default=-1)
+        return tuple(part.text for part in parts[: last + 1])
+
+    def section_text(self, section: PromptSection) -> str:
+        """Return the text of one section (parts joined by :data:`BLOCK_SEPARATOR`)."""
+        return BLOCK_SEPARATOR.join(part.text for part in self.parts() if part.section == section)
+
+
+def _body(block: Block) -> str:
+    if block.text is not None:
+        return block.text
+    if block.data is not None:
+        return json.dumps(block.data, ensure_ascii=False, sort_keys=True)
+    if block.blob_ref is not None:
+        return f"(binary {block.mime} stored at {block.blob_ref}; react.read({json.dumps([block.path])}) loads it)"
+    return ""
+
+
+def render_block(block: Block) -> str:
+    """Render one block as text: a header line naming its type and logical path, then its content.
+
+    A hidden block shows its replacement and how to re-open it; the turn header shows the turn id and
+    its start time (a fixed fact of the timeline, not the clock of this round).
+    """
+    if block.type == BlockType.TURN_HEADER:
+        header = f"[TURN {block.turn_id}] started {format_utc(block.ts)}"
+    else:
+        mime = "" if block.mime == "text/plain" else f" ({block.mime})"
+        header = f"[{block.type}] {block.path}{mime}"
+    if block.hidden:
+        reopen = json.dumps([block.path])
+        return f"{header} [hidden]\n{block.replacement}\n(react.read({reopen}) shows it again)"
+    body = _body(block)
+    return f"{header}\n{body}" if body else header
+
+
+def visible_start(blocks: Sequence[Block]) -> int:
+    """Return the index rendering starts at: the latest ``conv.range.summary`` block, else 0."""
+    for index in range(len(blocks) - 1, -1, -1):
+        if blocks[index].type == BlockType.CONV_RANGE_SUMMARY:
+            return index
+    return 0
+
+
+class TimelineRenderer:
+    """Renders one conversation round after round, reusing the text of blocks it has seen.
+
+    Blocks are immutable, so a block's text is computed once; a hidden or restored block is a new
+    object and is rendered again. The cache holds only the blocks of the latest render.
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[Block, str]] = {}
+
+    def _texts_for(self, blocks: Sequence[Block]) -> list[str]:
+        previous = self._texts
+        current: dict[int, tuple[Block, str]] = {}
+        texts: list[str] = []
+        for block in blocks:
+            entry = previous.get(id(block))
+            if entry is None or entry[0] is not block:
+                entry = (block, render_block(block))
+            current[id(block)] = entry
+            texts.append(entry[1])
+        self._texts = current
+        return texts
+
+    def render(
+        self,
+        timeline: Timeline,
+        *,
+        system: str,
+        sources: SourcesPool,
+        announce: AnnounceState,
+        offset: int = DEFAULT_PRE_TAIL_OFFSET,
+        source_snippet_chars: int = 160,
+        pruned_turns: frozenset[str] = frozenset(),
+    ) -> RenderedPrompt:
+        """Render ``timeline`` for one round.
+
+        :param system: the stable system message (protocol, instructions, tool catalog, skills).
+        :param sources: the conversation's sources pool, rendered after the last checkpoint.
+        :param announce: this round's ANNOUNCE state; the timeline's announced blocks follow it.
+        :param offset: rounds between the pre-tail and the tail checkpoint.
+        :param pruned_turns: turns to render as compact cards (see :func:`berth.runtime.pruning.plan_pruning`);
+            the current turn is never pruned.
+        """
+        blocks = timeline.blocks
+        start = visible_start(blocks)
+        checkpoints = plan_checkpoints(timeline, start=start, offset=offset)
+        layouts = timeline.turn_layouts(start)
+        current_start = layouts[-1].start if layouts else len(blocks)
+        texts = self._texts_for(blocks[start:])
+
+        # Units of text, each ending at a block index: one per block, or one card per pruned turn.
+        units: list[tuple[int, str]] = []
+        for layout in layouts[:-1]:
+            if layout.turn_id in pruned_turns:
+                units.append((layout.end, render_pruned_turn(blocks[layout.start : layout.end])))
+                last_card = len(units)
+            else:
+                units.extend((i + 1, texts[i - start]) for i in range(layout.start, layout.end))
+        if pruned_turns & {layout.turn_id for layout in layouts[:-1]}:
+            units.insert(last_card, (units[last_card - 1][0], PRUNING_NOTICE))
+        if layouts:
+            units.extend((i + 1, texts[i - start]) for i in range(layouts[-1].start, layouts[-1].end))
+
+        kind_at = {cp.end: cp.kind for cp in checkpoints}
+        cuts = sorted({*kind_at, current_start, len(blocks)} - {start})
+        parts = [PromptPart(section="system", text=system, cache_checkpoint="system")]
+        taken = 0
+        for cut in cuts:
+            segment: list[str] = []
+            while taken < len(units) and units[taken][0] <= cut:
+                segment.append(units[taken][1])
+                taken += 1
+            if not segment:
+                continue
+            section: PromptSection = "history" if cut <= current_start else "current_turn"
+            parts.append(
+                PromptPart(section=section, text=BLOCK_SEPARATOR.join(segment), cache_checkpoint=kind_at.get(cut))
+            )
+        parts.append(
+            PromptPart(
+                section="sources",
+                text=render_sources_pool(sources.rows, snippet_chars=source_snippet_chars),
+            )
+        )
+        parts.append(PromptPart(section="announce", text=render_announce(announce, timeline.announced)))
+
+        assert sum(part.cache_checkpoint is not None for part in parts) <= MAX_CACHE_BREAKPOINTS
+        messages = (
+            PromptMessage(role="system", parts=tuple(parts[:1])),
+            PromptMessage(role="user", parts=tuple(parts[1:])),
+        )
+        return RenderedPrompt(messages=messages, checkpoints=checkpoints, start=start)
+
+
+def render_timeline(
+    timeline: Timeline,
+    *,
+    system: str,
+    sources: SourcesPool,
+    announce: AnnounceState,
+    offset: int = DEFAULT_PRE_TAIL_OFFSET,
+    pruned_turns: frozenset[str] = frozenset(),
+) -> RenderedPrompt:
+    """Render ``timeline`` once (see :meth:`TimelineRenderer.render`, which also caches block texts)."""
+    return TimelineRenderer().render(
+        timeline, system=system, sources=sources, announce=announce, offset=offset, pruned_turns=pruned_turns
+    )

@@ -1,0 +1,244 @@
+"""The timeline: the ordered, persisted blocks of one conversation, and its per-round announcements.
+
+Two ways in:
+
+* :meth:`Timeline.contribute` appends persistent blocks. They are saved with the conversation and
+  appear in every later render.
+* :meth:`Timeline.announce` sets blocks for the current round only. They render at the very end of the
+  prompt (in ANNOUNCE), are replaced or cleared each round and are never persisted.
+
+A turn's blocks are its *head* (header, prompt, attachments) followed by *rounds*. A round is a
+maximal run of consecutive blocks sharing a ``call_id`` (decision notes, call, code, every part of the
+result); the final-answer family (:data:`~berth.runtime.blocks.FINAL_ANSWER_TYPES`) forms a round of
+its own. A block without a ``call_id`` joins the round before it. The runtime contributes a round's
+call and all its result blocks in one :meth:`Timeline.contribute` call, so a cache checkpoint placed at
+the end of a round never falls inside a multi-block result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict
+
+from berth.runtime.blocks import FINAL_ANSWER_TYPES, Block, BlockType
+
+__all__ = [
+    "FINAL_ROUND_KEY",
+    "Round",
+    "Timeline",
+    "TimelineError",
+    "TimelineErrorCode",
+    "TimelinePayload",
+    "TurnLayout",
+    "layout_turn",
+]
+
+TimelineErrorCode: TypeAlias = Literal["path_not_found", "hide_outside_tail", "not_hidden", "empty_replacement"]
+
+FINAL_ROUND_KEY: Final = "final"
+"""The round key of the final-answer family."""
+
+_RESULT_TYPES: Final[frozenset[BlockType]] = frozenset({BlockType.REACT_TOOL_RESULT, BlockType.REACT_NOTICE})
+
+
+class TimelineError(Exception):
+    """A timeline operation the caller (often the model, through ``react.hide``) asked for and cannot have."""
+
+    def __init__(self, code: TimelineErrorCode, message: str) -> None:
+        self.code: TimelineErrorCode = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One round of a turn: blocks ``[start, end)`` of the timeline sharing ``key``.
+
+    ``key`` is the round's ``call_id``, or :data:`FINAL_ROUND_KEY` for the final answer. A tool round
+    is ``complete`` once it holds a result or a notice; the final round is always complete.
+    """
+
+    key: str
+    kind: Literal["tool", "final"]
+    start: int
+    end: int
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLayout:
+    """Where one turn's blocks lie: ``[start, head_end)`` is its head, then its rounds, up to ``end``."""
+
+    turn_id: str
+    start: int
+    head_end: int
+    end: int
+    rounds: tuple[Round, ...]
+
+
+def _round_key(block: Block) -> str | None:
+    if block.type in FINAL_ANSWER_TYPES:
+        return FINAL_ROUND_KEY
+    return block.call_id
+
+
+def layout_turn(blocks: Sequence[Block], start: int, end: int) -> TurnLayout:
+    """Group ``blocks[start:end]`` (one turn) into its head and its rounds."""
+    turn_id = blocks[start].turn_id if start < end else ""
+    rounds: list[Round] = []
+    head_end = end
+    key: str | None = None
+    round_start = start
+    complete = False
+    for index in range(start, end):
+        block = blocks[index]
+        block_key = _round_key(block)
+        if block_key is None or block_key == key:
+            complete = complete or block.type in _RESULT_TYPES
+            continue
+        if key is None:
+            head_end = index
+        else:
+            rounds.append(_make_round(key, round_start, index, complete))
+        key, round_start = block_key, index
+        complete = block.type in _RESULT_TYPES
+    if key is not None:
+        rounds.append(_make_round(key, round_start, end, complete))
+    return TurnLayout(turn_id=turn_id, start=start, head_end=head_end, end=end, rounds=tuple(rounds))
+
+
+def _make_round(key: str, start: int, end: int, has_result: bool) -> Round:
+    if key == FINAL_ROUND_KEY:
+        return Round(key=key, kind="final", start=start, end=end, complete=True)
+    return Round(key=key, kind="tool", start=start, end=end, complete=has_result)
+
+
+class TimelinePayload(BaseModel):
+    """The persisted form of a timeline: its contributed blocks (announcements are never in it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = 1
+    blocks: tuple[Block, ...] = ()
+
+
+class Timeline:
+    """The mutable timeline of one conversation during a turn.
+
+    Blocks are immutable; hiding or un-hiding swaps a block for a changed copy at the same position.
+    """
+
+    def __init__(self, blocks: Iterable[Block] = ()) -> None:
+        self._blocks: list[Block] = list(blocks)
+        self._announced: tuple[Block, ...] = ()
+
+    @classmethod
+    def from_payload(cls, payload: TimelinePayload) -> Timeline:
+        """Rebuild a timeline from its persisted payload."""
+        return cls(payload.blocks)
+
+    def to_payload(self) -> TimelinePayload:
+        """Return what is persisted: every contributed block, never the announcements."""
+        return TimelinePayload(blocks=tuple(self._blocks))
+
+    @property
+    def blocks(self) -> Sequence[Block]:
+        """The contributed blocks, oldest first (a read-only view)."""
+        return tuple(self._blocks)
+
+    @property
+    def announced(self) -> tuple[Block, ...]:
+        """The blocks announced for the current round."""
+        return self._announced
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def contribute(self, *blocks: Block) -> None:
+        """Append persistent blocks. Contribute a round's call and all its result blocks in one call."""
+        self._blocks.extend(blocks)
+
+    def announce(self, *blocks: Block) -> None:
+        """Set the blocks announced for this round, replacing the previous round's; never persisted."""
+        self._announced = tuple(blocks)
+
+    def clear_announcements(self) -> None:
+        """Drop this round's announcements (a turn's exit clears them)."""
+        self._announced = ()
+
+    def turn_ids(self) -> tuple[str, ...]:
+        """Return the conversation's turn ids in timeline order."""
+        seen: dict[str, None] = {}
+        for block in self._blocks:
+            seen.setdefault(block.turn_id, None)
+        return tuple(seen)
+
+    @property
+    def current_turn_id(self) -> str | None:
+        """The turn of the newest block, or ``None`` for an empty timeline."""
+        return self._blocks[-1].turn_id if self._blocks else None
+
+    def turn_layouts(self, start: int = 0) -> tuple[TurnLayout, ...]:
+        """Return the layout of each turn whose blocks lie at or after index ``start``.
+
+        Turns are maximal runs of blocks with the same ``turn_id``.
+        """
+        layouts: list[TurnLayout] = []
+        blocks = self._blocks
+        index = start
+        while index < len(blocks):
+            turn_id = blocks[index].turn_id
+            end = index + 1
+            while end < len(blocks) and blocks[end].turn_id == turn_id:
+                end += 1
+            layouts.append(layout_turn(blocks, index, end))
+            index = end
+        return tuple(layouts)
+
+    def indices_of(self, path: str) -> tuple[int, ...]:
+        """Return the positions of the blocks whose path is exactly ``path``."""
+        return tuple(i for i, block in enumerate(self._blocks) if block.path == path)
+
+    def hide(self, path: str, replacement: str, *, editable_from: int) -> int:
+        """Hide every visible block at ``path`` behind ``replacement``; return how many were hidden.
+
+        :param editable_from: the first index of the editable tail (see
+            :func:`berth.runtime.caching.editable_tail_start`); blocks before it are in the cached
+            prefix and cannot change.
+        :raises TimelineError: ``empty_replacement``, ``path_not_found`` (no block at the path) or
+            ``hide_outside_tail`` (the blocks exist, but only in the cached prefix).
+        """
+        if not replacement.strip():
+            raise TimelineError("empty_replacement", "say in the replacement what was hidden and why")
+        found = self.indices_of(path)
+        if not found:
+            raise TimelineError("path_not_found", f"no block has the path {path!r}")
+        targets = [i for i in found if i >= editable_from and not self._blocks[i].hidden]
+        if not targets:
+            if all(self._blocks[i].hidden for i in found):
+                return 0
+            raise TimelineError(
+                "hide_outside_tail",
+                f"{path!r} is in the cached prefix; only blocks of the last rounds can be hidden",
+            )
+        for i in targets:
+            self._blocks[i] = self._blocks[i].model_copy(update={"hidden": True, "replacement": replacement})
+        return len(targets)
+
+    def unhide(self, path: str) -> int:
+        """Restore every hidden block at ``path``; return how many were restored.
+
+        :raises TimelineError: ``path_not_found`` or ``not_hidden``.
+        """
+        found = self.indices_of(path)
+        if not found:
+            raise TimelineError("path_not_found", f"no block has the path {path!r}")
+        targets = [i for i in found if self._blocks[i].hidden]
+        if not targets:
+            raise TimelineError("not_hidden", f"{path!r} is not hidden")
+        for i in targets:
+            self._blocks[i] = self._blocks[i].model_copy(update={"hidden": False, "replacement": None})
+        return len(targets)
