@@ -25,4 +25,33 @@ else:
     except PackageNotFoundError:  # a source tree that was never installed
         __version__ = "0.0.0+unknown"
 
-    __all__ = ["__version__"]
+    from berth.bundle import (
+        AgentSpec,
+        BundleContext,
+        BundleInfo,
+        KnowledgeDocument,
+        KnowledgeSpace,
+        MarkdownFolder,
+        Skill,
+        Widget,
+    )
+    from berth.hooks import hookimpl
+    from berth.tools.contributions import BundleTools, McpServer, ToolPack
+    from berth.tools.spec import tool
+
+    __all__ = [
+        "AgentSpec",
+        "BundleContext",
+        "BundleInfo",
+        "BundleTools",
+        "KnowledgeDocument",
+        "KnowledgeSpace",
+        "MarkdownFolder",
+        "McpServer",
+        "Skill",
+        "ToolPack",
+        "Widget",
+        "__version__",
+        "hookimpl",
+        "tool",
+    ]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import click
 
+from berth.cli.bundles import bundles_group, worker
 from berth.cli.descriptors import descriptors_group
 from berth.cli.errors import run_guarded
 
@@ -18,6 +19,8 @@ def cli() -> None:
 
 
 cli.add_command(descriptors_group)
+cli.add_command(bundles_group)
+cli.add_command(worker)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,18 @@
+"""What a bundle contributes, as typed records (re-exported from :mod:`berth` for bundle authors)."""
+
+from berth.bundle.context import BundleContext
+from berth.bundle.info import AgentSpec, BundleInfo
+from berth.bundle.knowledge import KnowledgeDocument, KnowledgeSpace, MarkdownFolder
+from berth.bundle.skills import Skill
+from berth.bundle.widgets import Widget
+
+__all__ = [
+    "AgentSpec",
+    "BundleContext",
+    "BundleInfo",
+    "KnowledgeDocument",
+    "KnowledgeSpace",
+    "MarkdownFolder",
+    "Skill",
+    "Widget",
+]

@@ -1,0 +1,159 @@
+"""A bundle generation: one loaded, validated copy of a bundle's code, with its own plugin manager."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pluggy
+
+from berth import hooks
+from berth.bundle.context import BundleContext
+from berth.bundle.info import AgentSpec, BundleInfo
+from berth.bundle.knowledge import KnowledgeDocument, KnowledgeSpace
+from berth.bundle.skills import Skill
+from berth.bundle.widgets import Widget
+from berth.tools.catalog import ToolCatalog
+
+SourceKind = Literal["entry_point", "path"]
+
+
+class BundleHooks:
+    """Typed calls into one generation's plugin manager (core code never calls hooks by string)."""
+
+    def __init__(self, manager: pluggy.PluginManager) -> None:
+        self._hook = manager.hook
+
+    def bundle(self) -> Any:
+        """``berth_bundle()`` (firstresult)."""
+        return self._hook.berth_bundle()
+
+    def agent(self, ctx: BundleContext) -> Any:
+        """``berth_agent(ctx)`` (firstresult)."""
+        return self._hook.berth_agent(ctx=ctx)
+
+    def tools(self, ctx: BundleContext) -> list[Any]:
+        """``berth_tools(ctx)``: every implementation's result, in registration order."""
+        return list(reversed(self._hook.berth_tools(ctx=ctx)))
+
+    def skills(self, ctx: BundleContext) -> list[Any]:
+        """``berth_skills(ctx)`` results concatenated."""
+        return _flatten(reversed(self._hook.berth_skills(ctx=ctx)))
+
+    def knowledge(self, ctx: BundleContext) -> list[Any]:
+        """``berth_knowledge(ctx)`` results concatenated."""
+        return _flatten(reversed(self._hook.berth_knowledge(ctx=ctx)))
+
+    def widgets(self, ctx: BundleContext) -> list[Any]:
+        """``berth_widgets(ctx)`` results concatenated."""
+        return _flatten(reversed(self._hook.berth_widgets(ctx=ctx)))
+
+    def routes(self, ctx: BundleContext) -> Any:
+        """``berth_routes(ctx)`` (firstresult)."""
+        return self._hook.berth_routes(ctx=ctx)
+
+    async def on_load(self, ctx: BundleContext) -> None:
+        """Await every ``berth_on_load(ctx)`` implementation (sync ones are simply called)."""
+        await _await_all(reversed(self._hook.berth_on_load(ctx=ctx)))
+
+    async def on_unload(self, ctx: BundleContext) -> None:
+        """Await every ``berth_on_unload(ctx)`` implementation."""
+        await _await_all(reversed(self._hook.berth_on_unload(ctx=ctx)))
+
+    async def before_turn(self, ctx: BundleContext, turn: object) -> None:
+        """Await every ``berth_before_turn`` implementation; the first error vetoes the turn."""
+        await _await_all(reversed(self._hook.berth_before_turn(ctx=ctx, turn=turn)))
+
+    async def after_turn(self, ctx: BundleContext, turn: object, result: object) -> None:
+        """Await every ``berth_after_turn`` implementation."""
+        await _await_all(reversed(self._hook.berth_after_turn(ctx=ctx, turn=turn, result=result)))
+
+
+def new_bundle_manager(plugin: object, name: str) -> pluggy.PluginManager:
+    """A plugin manager holding only ``plugin`` (the bundle's module or object) and the hookspecs.
+
+    Raises ``pluggy.PluginValidationError`` for an implementation whose signature does not match its
+    spec, or a ``berth_*`` function that is no hook (a typo'd hook name).
+    """
+    manager = pluggy.PluginManager(hooks.PROJECT_NAME)
+    manager.add_hookspecs(hooks)
+    manager.register(plugin, name=name)
+    manager.check_pending()
+    return manager
+
+
+@dataclass
+class KnowledgeIndex:
+    """The indexed documents of one knowledge space, re-read when the indexer's fingerprint changes."""
+
+    space: KnowledgeSpace
+    fingerprint: str
+    documents: list[KnowledgeDocument]
+
+    @classmethod
+    def build(cls, space: KnowledgeSpace) -> KnowledgeIndex:
+        """Index ``space`` now."""
+        return cls(space, space.indexer.fingerprint(), list(space.indexer.documents()))
+
+    def fresh(self) -> KnowledgeIndex:
+        """This index, or a rebuilt one when the inputs changed since."""
+        current = self.space.indexer.fingerprint()
+        return self if current == self.fingerprint else KnowledgeIndex.build(self.space)
+
+
+@dataclass(eq=False)
+class BundleGeneration:
+    """One loaded generation. ``users`` counts in-flight work pinned to it; once ``retired`` (a newer
+    generation serves) it is unloaded when ``users`` reaches zero."""
+
+    bundle_id: str
+    number: int
+    source_kind: SourceKind
+    source: str
+    package: str
+    module_names: tuple[str, ...]
+    manager: pluggy.PluginManager
+    info: BundleInfo
+    context: BundleContext
+    agent: AgentSpec | None
+    catalog: ToolCatalog
+    skills: dict[str, Skill]
+    knowledge: dict[str, KnowledgeIndex]
+    widgets: dict[str, Widget]
+    loaded_at: float = field(default_factory=time.time)
+    users: int = 0
+    retired: bool = False
+    unloaded: bool = False
+
+    @property
+    def hooks(self) -> BundleHooks:
+        """Typed hook calls on this generation."""
+        return BundleHooks(self.manager)
+
+    def knowledge_documents(self, space: str) -> list[KnowledgeDocument]:
+        """The documents of ``space``, re-indexed first if its inputs changed."""
+        index = self.knowledge[space].fresh()
+        self.knowledge[space] = index
+        return index.documents
+
+
+def _flatten(results: Iterable[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for result in results:
+        if result is None:
+            continue
+        if isinstance(result, list | tuple):
+            flat.extend(result)
+        else:
+            flat.append(result)
+    return flat
+
+
+async def _await_all(results: Iterable[Any]) -> None:
+    pending: list[Awaitable[Any]] = [result for result in results if inspect.isawaitable(result)]
+    for awaitable in pending:
+        await asyncio.ensure_future(awaitable)

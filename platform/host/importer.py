@@ -1,0 +1,159 @@
+"""Importing bundle code so that generations and bundles never meet (SPEC §3.3).
+
+* A **folder bundle** is imported as a synthetic package unique to bundle and generation,
+  ``berth_bundles.<bundle>.g<N>``, so two folder bundles may both have a ``tools.py`` or a ``utils/``
+  package. Inside it, imports of its own modules must be relative; an absolute import of a sibling
+  fails with a :class:`ModuleNotFoundError` that says so (:class:`SiblingImportGuard`).
+* A **pip-installed bundle** keeps its real package name. A reload drops that package's modules from
+  ``sys.modules`` and imports them again; the previous generation keeps the module objects it holds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import re
+import sys
+import threading
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from importlib_metadata import EntryPoint, entry_points
+
+BUNDLE_GROUP = "berth.bundles"
+SYNTHETIC_ROOT = "berth_bundles"
+
+
+@dataclass(frozen=True)
+class ImportedBundle:
+    """The result of importing a bundle's code once."""
+
+    plugin: object
+    module_names: tuple[str, ...]
+    roots: tuple[Path, ...]
+    package: str
+
+
+def synthetic_package_name(bundle_id: str, generation: int) -> str:
+    """``berth_bundles.<bundle id with _ for ->.g<generation>``."""
+    return f"{SYNTHETIC_ROOT}.{bundle_id.replace('-', '_')}.g{generation}"
+
+
+def bundle_entry_points() -> dict[str, EntryPoint]:
+    """The ``berth.bundles`` entry points installed now, by name (read afresh on every call)."""
+    importlib.invalidate_caches()
+    return {point.name: point for point in entry_points(group=BUNDLE_GROUP)}
+
+
+def import_folder_bundle(bundle_id: str, generation: int, folder: Path, module: str | None) -> ImportedBundle:
+    """Import the package at ``folder`` (or ``folder/<module>``) under its synthetic name."""
+    package_dir = folder / module.replace(".", "/") if module else folder
+    init = package_dir / "__init__.py"
+    if not init.is_file():
+        raise FileNotFoundError(f"bundle folder {package_dir} has no __init__.py")
+    name = synthetic_package_name(bundle_id, generation)
+    _ensure_parent_packages(name)
+    SiblingImportGuard.install().watch(bundle_id, package_dir)
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(package_dir)])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {package_dir}")
+    module_object = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module_object
+    try:
+        spec.loader.exec_module(module_object)
+    except BaseException:
+        purge_modules(name)
+        raise
+    names = tuple(sorted(key for key in sys.modules if key == name or key.startswith(name + ".")))
+    return ImportedBundle(module_object, names, (package_dir,), name)
+
+
+def import_entry_point_bundle(point: EntryPoint) -> ImportedBundle:
+    """Import (or re-import) an installed bundle: purge its package from ``sys.modules``, then load."""
+    top_level = point.module.split(".")[0]
+    purge_modules(top_level)
+    importlib.invalidate_caches()
+    plugin = point.load()
+    names = tuple(sorted(key for key in sys.modules if key == top_level or key.startswith(top_level + ".")))
+    top_module = sys.modules.get(top_level)
+    roots: list[Path] = []
+    if top_module is not None:
+        roots = [Path(entry) for entry in getattr(top_module, "__path__", [])]
+        if not roots and getattr(top_module, "__file__", None):
+            roots = [Path(str(top_module.__file__)).parent]
+    return ImportedBundle(plugin, names, tuple(roots), top_level)
+
+
+def entry_point_roots(point: EntryPoint) -> list[Path]:
+    """Folders of an entry point's top-level package without importing it (for error locations)."""
+    spec = importlib.util.find_spec(point.module.split(".")[0])
+    if spec is None or spec.submodule_search_locations is None:
+        return [Path(spec.origin).parent] if spec is not None and spec.origin else []
+    return [Path(location) for location in spec.submodule_search_locations]
+
+
+def purge_modules(package: str) -> None:
+    """Drop ``package`` and its submodules from ``sys.modules`` (objects others hold stay alive)."""
+    for key in [key for key in sys.modules if key == package or key.startswith(package + ".")]:
+        del sys.modules[key]
+
+
+def _ensure_parent_packages(name: str) -> None:
+    parts = name.split(".")
+    for depth in range(1, len(parts)):
+        parent = ".".join(parts[:depth])
+        if parent not in sys.modules:
+            module = types.ModuleType(parent, "Synthetic namespace for folder bundles.")
+            module.__path__ = []
+            sys.modules[parent] = module
+
+
+class SiblingImportGuard(importlib.abc.MetaPathFinder):
+    """Last finder on ``sys.meta_path``: turns a failed absolute import of a folder bundle's own module
+    into an error that says to make it relative.
+
+    It only acts after every other finder failed, so it never hides a real module.
+    """
+
+    _instance: SiblingImportGuard | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._folders: dict[str, Path] = {}
+
+    @classmethod
+    def install(cls) -> SiblingImportGuard:
+        """The process-wide guard, appended to ``sys.meta_path`` on first use."""
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            if cls._instance not in sys.meta_path:
+                sys.meta_path.append(cls._instance)
+            return cls._instance
+
+    def watch(self, bundle_id: str, package_dir: Path) -> None:
+        """Guard the top-level modules of ``package_dir`` (the folder of bundle ``bundle_id``)."""
+        self._folders[bundle_id] = package_dir
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        """Raise a helpful error for ``import sibling`` from a folder bundle; otherwise find nothing."""
+        if path is not None or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", fullname):
+            return None
+        for bundle_id, folder in self._folders.items():
+            if (folder / f"{fullname}.py").is_file() or (folder / fullname / "__init__.py").is_file():
+                raise ModuleNotFoundError(
+                    f"No module named '{fullname}': folder bundle '{bundle_id}' has a module '{fullname}', "
+                    f"but a bundle imports its own modules relatively: write 'from . import {fullname}' "
+                    f"or 'from .{fullname} import …'",
+                    name=fullname,
+                )
+        return None

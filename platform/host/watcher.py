@@ -1,0 +1,108 @@
+"""Reload triggers from the file system (SPEC §3.3): folder bundles with ``watch: true``, and the
+``bundles.yaml`` / ``bundles.secrets.yaml`` descriptors (props and secrets change without re-import).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from watchfiles import Change, awatch
+
+from berth.config import Configuration, DescriptorError
+from berth.config.descriptors import BUNDLES, BUNDLES_SECRETS
+from berth.host.loader import watched_folder
+from berth.host.registry import BundleRegistry
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_MS = 50
+"""Edits arriving within this many milliseconds become one reload (editors write several times)."""
+
+ConfigurationLoader = Callable[[], Configuration]
+
+
+def _python_or_data_change(change: Change, path: str) -> bool:
+    name = Path(path).name
+    return not (name.endswith((".pyc", "~", ".swp", ".tmp")) or "__pycache__" in path or name.startswith(".#"))
+
+
+class BundleWatcher:
+    """Watches every folder bundle with ``watch: true`` and reloads it when its files change."""
+
+    def __init__(self, registry: BundleRegistry, reload: Callable[[str], Awaitable[object]] | None = None) -> None:
+        self._registry = registry
+        self._reload = reload or (lambda bundle_id: registry.reload(bundle_id, reason="watch"))
+        self._stop = asyncio.Event()
+
+    def watched(self) -> dict[Path, str]:
+        """Folder → bundle id of every watched folder bundle."""
+        config = self._registry.config
+        return {
+            watched_folder(config, entry): bundle_id
+            for bundle_id, entry in config.descriptors.bundles.bundles.items()
+            if entry.watch and entry.source.path is not None
+        }
+
+    async def run(self) -> None:
+        """Watch until :meth:`stop`; each batch of changes reloads each affected bundle once."""
+        folders = self.watched()
+        if not folders:
+            await self._stop.wait()
+            return
+        async for changes in awatch(
+            *folders, watch_filter=_python_or_data_change, debounce=DEBOUNCE_MS, step=10, stop_event=self._stop
+        ):
+            touched = sorted(
+                {
+                    bundle
+                    for folder, bundle in folders.items()
+                    for _, path in changes
+                    if Path(path).is_relative_to(folder)
+                }
+            )
+            for bundle_id in touched:
+                log.info("files of bundle %s changed; reloading", bundle_id)
+                await self._reload(bundle_id)
+
+    def stop(self) -> None:
+        """End :meth:`run`."""
+        self._stop.set()
+
+
+class DescriptorWatcher:
+    """Re-reads the descriptors when ``bundles.yaml`` or ``bundles.secrets.yaml`` changes and applies
+    them to the registry; an invalid edit is logged and the previous configuration keeps serving."""
+
+    def __init__(self, registry: BundleRegistry, load: ConfigurationLoader) -> None:
+        self._registry = registry
+        self._load = load
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        """Watch until :meth:`stop`."""
+        root = self._registry.config.descriptors.root
+        if root is None:
+            await self._stop.wait()
+            return
+        names = {BUNDLES, BUNDLES_SECRETS}
+        async for _ in awatch(
+            root,
+            watch_filter=lambda change, path: Path(path).name in names,
+            debounce=DEBOUNCE_MS,
+            step=10,
+            stop_event=self._stop,
+            recursive=False,
+        ):
+            try:
+                config = self._load()
+            except DescriptorError as exc:
+                log.error("descriptors changed but are invalid; keeping the previous ones:\n%s", exc.render())
+                continue
+            await self._registry.apply_configuration(config)
+
+    def stop(self) -> None:
+        """End :meth:`run`."""
+        self._stop.set()

@@ -1,0 +1,168 @@
+"""``@tool``: a typed (sync or async) function becomes a tool spec with a JSON Schema for its params.
+
+>>> @tool
+... def greet(name: str, excited: bool = False) -> str:
+...     '''Greet someone by name.
+...
+...     Args:
+...         name: who to greet.
+...         excited: end with an exclamation mark.
+...     '''
+...     return f"Hello, {name}" + ("!" if excited else ".")
+>>> tool_spec_of(greet).input_schema["properties"]["name"]["description"]
+'who to greet.'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast, get_type_hints, overload
+
+import docstring_parser
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+TOOL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+_SPEC_ATTRIBUTE = "__berth_tool__"
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+class ToolDefinitionError(TypeError):
+    """A function cannot be a tool; the message names the function, its file and line."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool built from a function: its name, description, params model and how to call it."""
+
+    name: str
+    description: str
+    params_model: type[BaseModel]
+    function: Callable[..., Any] = field(repr=False)
+    read_only: bool = False
+    timeout_s: float | None = None
+
+    @property
+    def is_async(self) -> bool:
+        """True when the function is a coroutine function (called on the event loop)."""
+        return inspect.iscoroutinefunction(self.function)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the params (what a model or an MCP client sees)."""
+        schema = self.params_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    @property
+    def location(self) -> str:
+        """``file:line`` of the function's definition."""
+        code = getattr(self.function, "__code__", None)
+        return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "<unknown>"
+
+    def validate_params(self, params: Mapping[str, Any]) -> BaseModel:
+        """Validate ``params`` against the params model (raises pydantic's ``ValidationError``)."""
+        return self.params_model.model_validate(dict(params))
+
+    async def invoke(self, params: Mapping[str, Any]) -> Any:
+        """Validate ``params`` and call the function; a sync function runs in a worker thread."""
+        validated = self.validate_params(params)
+        arguments = {name: getattr(validated, name) for name in self.params_model.model_fields}
+        if self.is_async:
+            call = cast(Callable[..., Awaitable[Any]], self.function)(**arguments)
+        else:
+            call = asyncio.to_thread(self.function, **arguments)
+        if self.timeout_s is None:
+            return await call
+        return await asyncio.wait_for(call, self.timeout_s)
+
+
+@overload
+def tool(function: Function, /) -> Function: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, read_only: bool = False, timeout_s: float | None = None
+) -> Callable[[Function], Function]: ...
+
+
+def tool(
+    function: Function | None = None,
+    /,
+    *,
+    name: str | None = None,
+    read_only: bool = False,
+    timeout_s: float | None = None,
+) -> Function | Callable[[Function], Function]:
+    """Mark a typed function as a tool; usable bare (``@tool``) or with options (``@tool(read_only=True)``).
+
+    Every parameter needs a type annotation; descriptions come from the docstring (Google, reST or
+    numpydoc style). ``read_only`` tools may run together under ``multi_action: safe_fanout``. The
+    function itself is returned unchanged (still callable in tests) with its spec attached.
+    """
+
+    def decorate(target: Function) -> Function:
+        spec = build_tool_spec(target, name=name, read_only=read_only, timeout_s=timeout_s)
+        setattr(target, _SPEC_ATTRIBUTE, spec)
+        return target
+
+    return decorate(function) if function is not None else decorate
+
+
+def tool_spec_of(candidate: Any) -> ToolSpec | None:
+    """The :class:`ToolSpec` attached to a ``@tool`` function (None for anything else)."""
+    spec = getattr(candidate, _SPEC_ATTRIBUTE, None)
+    return spec if isinstance(spec, ToolSpec) else None
+
+
+def build_tool_spec(
+    function: Callable[..., Any], *, name: str | None = None, read_only: bool = False, timeout_s: float | None = None
+) -> ToolSpec:
+    """Build a :class:`ToolSpec` from ``function``'s signature and docstring."""
+    where = _location(function)
+    tool_name = name or function.__name__
+    if not re.fullmatch(TOOL_NAME_PATTERN, tool_name):
+        raise ToolDefinitionError(f"{where}: tool name '{tool_name}' must match {TOOL_NAME_PATTERN}")
+    doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    descriptions = {param.arg_name: (param.description or "").strip() for param in doc.params}
+    try:
+        hints = get_type_hints(function)
+    except Exception as exc:
+        raise ToolDefinitionError(f"{where}: cannot resolve the type hints of '{tool_name}': {exc}") from None
+    fields: dict[str, Any] = {}
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise ToolDefinitionError(f"{where}: tool '{tool_name}' may not take *args or **kwargs")
+        if parameter.name not in hints:
+            raise ToolDefinitionError(f"{where}: parameter '{parameter.name}' of tool '{tool_name}' needs a type")
+        default = ... if parameter.default is parameter.empty else parameter.default
+        fields[parameter.name] = (
+            hints[parameter.name],
+            Field(default, description=descriptions.get(parameter.name) or None),
+        )
+    description = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part).strip()
+    if not description:
+        raise ToolDefinitionError(f"{where}: tool '{tool_name}' needs a docstring saying what it does")
+    params_model = create_model(f"{tool_name}_params", __config__=ConfigDict(extra="forbid"), **fields)
+    try:
+        params_model.model_json_schema()
+    except Exception as exc:
+        raise ToolDefinitionError(f"{where}: the params of tool '{tool_name}' have no JSON Schema: {exc}") from None
+    return ToolSpec(
+        name=tool_name,
+        description=description,
+        params_model=params_model,
+        function=function,
+        read_only=read_only,
+        timeout_s=timeout_s,
+    )
+
+
+def _location(function: Callable[..., Any]) -> str:
+    code = getattr(function, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(function)
