@@ -81,6 +81,9 @@ def render_pruned_turn(blocks: Sequence[Block]) -> str:
     one it lists each block's type and logical path, with the first words of user and assistant text.
     """
     turn_id = blocks[0].turn_id if blocks else "?"
+    compacted = [b for b in blocks if b.type == BlockType.CONV_RANGE_SUMMARY and b.text]
+    if compacted:  # a compaction summary is already compact: pruning keeps it whole
+        return f"[{compacted[-1].type}] {compacted[-1].path}\n{compacted[-1].text}"
     summaries = [b for b in blocks if b.type == BlockType.CONV_WORKING_SUMMARY and b.text]
     if summaries:
         summary = summaries[-1]

@@ -161,6 +161,17 @@ class Timeline:
         """Append persistent blocks. Contribute a round's call and all its result blocks in one call."""
         self._blocks.extend(blocks)
 
+    def replace_prefix(self, end: int, summary: Block) -> None:
+        """Replace blocks ``[0, end)`` with one ``conv.range.summary`` block (compaction).
+
+        The payload then starts at the summary; the dropped blocks stay in the turn logs.
+        """
+        if summary.type != BlockType.CONV_RANGE_SUMMARY:
+            raise ValueError(f"only a conv.range.summary block can replace a prefix, not {summary.type}")
+        if not 0 < end <= len(self._blocks):
+            raise ValueError(f"prefix end {end} is outside the timeline (1..{len(self._blocks)})")
+        self._blocks[:end] = [summary]
+
     def announce(self, *blocks: Block) -> None:
         """Set the blocks announced for this round, replacing the previous round's; never persisted."""
         self._announced = tuple(blocks)

@@ -1,0 +1,324 @@
+"""Memory search for ``react.memsearch``: what gets indexed, and how a query is answered.
+
+Indexed: every user prompt (and follow-up or steer), assistant completion, attachment text and
+summary (:func:`memory_entries`). Each entry carries an embedding from an :class:`Embedder`; the
+built-in :class:`HashedNgramEmbedder` needs no model and no download.
+
+Modes (:class:`MemsearchRequest`):
+
+* ``hybrid`` — BM25 ranking and embedding-similarity ranking fused by reciprocal-rank fusion
+  (``1 / (k + rank)`` summed over both lists), plus a recency lift that halves every
+  ``recency_half_life_days``;
+* ``timeline`` — an overview: entries in time order (``asc`` or ``desc``);
+* ``ordinal`` — the entries of the n-th turn of the bound conversation;
+* ``temporal`` — entries in a ``[since, until)`` window, ranked like ``hybrid`` when a query is given.
+
+Scope is ``conversation`` (the bound one) or ``user`` (all of the bound user's conversations in the
+same tenant and project). The scope comes from the bound :class:`~berth.storage.scope.ConversationScope`,
+never from the request, so a search cannot reach beyond it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Final, Literal, Protocol, Self, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from berth.runtime.blocks import Block, BlockType, UtcTimestamp
+from berth.storage.memory import MemoryEntry, MemoryFilter, MemoryIndex, MemoryKind
+from berth.storage.scope import ConversationScope
+
+__all__ = [
+    "DEFAULT_RRF_K",
+    "Embedder",
+    "HashedNgramEmbedder",
+    "MemoryHit",
+    "MemorySearch",
+    "MemsearchMode",
+    "MemsearchRequest",
+    "cosine",
+    "fuse_rankings",
+    "memorable_blocks",
+]
+
+DEFAULT_RRF_K: Final = 60
+"""The reciprocal-rank-fusion constant (the value of the original RRF paper)."""
+
+MemsearchMode: TypeAlias = Literal["hybrid", "timeline", "ordinal", "temporal"]
+
+_KIND_OF: Final[dict[BlockType, MemoryKind]] = {
+    BlockType.USER_PROMPT: "user",
+    BlockType.USER_FOLLOWUP: "user",
+    BlockType.USER_STEER: "user",
+    BlockType.ASSISTANT_COMPLETION: "assistant",
+    BlockType.USER_ATTACHMENT: "attachment",
+    BlockType.CONV_RANGE_SUMMARY: "summary",
+    BlockType.CONV_WORKING_SUMMARY: "summary",
+}
+_TOKEN_RE: Final = re.compile(r"\w+", re.UNICODE)
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length vectors of a fixed dimension (the ``berth_embedders`` seam)."""
+
+    @property
+    def dimensions(self) -> int:
+        """The length of every vector this embedder returns."""
+        ...
+
+    async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """Return one unit-length vector per text (all zeros for a text without words)."""
+        ...
+
+
+class HashedNgramEmbedder:
+    """A deterministic, dependency-free embedder: hashed words and character n-grams.
+
+    Each word contributes itself and its character n-grams (with boundary marks, ``<data``, ``ase>``)
+    to signed buckets chosen by BLAKE2b, so texts sharing words or word pieces ("database" and
+    "databases") land near each other. It knows no synonyms; it is the lexical fallback, not a
+    semantic model.
+    """
+
+    def __init__(self, dimensions: int = 256, ngram_sizes: tuple[int, ...] = (3, 4)) -> None:
+        if dimensions < 8:
+            raise ValueError("an embedding needs at least 8 dimensions")
+        self._dimensions = dimensions
+        self._ngram_sizes = ngram_sizes
+
+    @property
+    def dimensions(self) -> int:
+        """The length of every vector this embedder returns."""
+        return self._dimensions
+
+    def _features(self, text: str) -> Iterable[tuple[str, float]]:
+        for word in _TOKEN_RE.findall(text.lower()):
+            yield "w:" + word, 1.0
+            marked = f"<{word}>"
+            for size in self._ngram_sizes:
+                for start in range(max(len(marked) - size + 1, 1)):
+                    yield "g:" + marked[start : start + size], 0.5
+
+    def embed_one(self, text: str) -> tuple[float, ...]:
+        """Return the unit-length vector of one text (all zeros if it has no words)."""
+        vector = [0.0] * self._dimensions
+        for feature, weight in self._features(text):
+            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "little") % self._dimensions
+            vector[bucket] += weight if digest[4] & 1 else -weight
+        norm = math.sqrt(sum(value * value for value in vector))
+        return tuple(value / norm for value in vector) if norm else tuple(vector)
+
+    async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """Return one unit-length vector per text."""
+        return [self.embed_one(text) for text in texts]
+
+
+def cosine(left: Sequence[float], right: Sequence[float]) -> float:
+    """Cosine similarity of two unit-length vectors (their dot product); 0 for mismatched lengths."""
+    if len(left) != len(right):
+        return 0.0
+    return math.fsum(map(operator.mul, left, right))
+
+
+def fuse_rankings(rankings: Sequence[Sequence[str]], *, k: int = DEFAULT_RRF_K) -> dict[str, float]:
+    """Reciprocal-rank fusion: each key scores ``sum(1 / (k + rank))`` over the rankings it appears in."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def memorable_blocks(blocks: Iterable[Block], *, turn_ordinals: dict[str, int]) -> list[tuple[Block, MemoryKind]]:
+    """Return the blocks worth indexing, with their memory kind.
+
+    Prompts, follow-ups, steers, completions, attachment texts and summaries with text; hidden blocks
+    and blocks of turns missing from ``turn_ordinals`` are skipped.
+    """
+    chosen: list[tuple[Block, MemoryKind]] = []
+    for block in blocks:
+        kind = _KIND_OF.get(block.type)
+        if kind is None or block.hidden or not (block.text or "").strip() or block.turn_id not in turn_ordinals:
+            continue
+        chosen.append((block, kind))
+    return chosen
+
+
+class MemsearchRequest(BaseModel):
+    """The parameters of ``react.memsearch``, as the model sends them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    mode: MemsearchMode = "hybrid"
+    query: str = ""
+    scope: Literal["conversation", "user"] = "conversation"
+    targets: frozenset[MemoryKind] = frozenset({"user", "assistant", "attachment", "summary"})
+    top_k: Annotated[int, Field(ge=1, le=50)] = 5
+    ordinal: Annotated[int | None, Field(ge=1)] = None
+    since: Annotated[UtcTimestamp | None, Field(alias="from")] = None
+    until: Annotated[UtcTimestamp | None, Field(alias="to")] = None
+    order: Literal["asc", "desc"] = "asc"
+
+    @model_validator(mode="after")
+    def _mode_has_its_arguments(self) -> Self:
+        if self.mode == "hybrid" and not self.query.strip():
+            raise ValueError("mode 'hybrid' needs a query; use mode 'timeline' for an overview")
+        if self.mode == "ordinal" and self.ordinal is None:
+            raise ValueError("mode 'ordinal' needs 'ordinal' (1 for the first turn)")
+        if self.mode == "temporal" and self.since is None and self.until is None:
+            raise ValueError("mode 'temporal' needs 'from' and/or 'to' (UTC ISO-8601)")
+        if self.since and self.until and self.since >= self.until:
+            raise ValueError("'from' must be before 'to'")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    """One search result: where to read it, when it was said, and why it ranked."""
+
+    path: str
+    conversation_id: str
+    turn_id: str
+    kind: MemoryKind
+    ts: datetime
+    score: float
+    snippet: str
+
+
+def _snippet(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _key(entry: MemoryEntry) -> str:
+    return f"{entry.scope.conversation_id}\x00{entry.path}"
+
+
+class MemorySearch:
+    """Indexes a conversation's memorable blocks and answers ``react.memsearch`` within the bound scope.
+
+    :param index: the memory index (FTS5 + vectors when embedded).
+    :param embedder: makes the vectors of entries and queries.
+    :param scope: the bound conversation; ``scope='user'`` widens to its user's conversations in the
+        same tenant/project, and never further.
+    :param candidates: how many entries each ranking contributes before fusion.
+    :param recency_weight: the recency lift of an entry from right now, in units of a first-place RRF
+        score; it halves every ``recency_half_life_days``.
+    """
+
+    def __init__(
+        self,
+        index: MemoryIndex,
+        embedder: Embedder,
+        *,
+        scope: ConversationScope,
+        candidates: int = 50,
+        rrf_k: int = DEFAULT_RRF_K,
+        recency_weight: float = 0.5,
+        recency_half_life_days: float = 30.0,
+        min_similarity: float = 0.05,
+    ) -> None:
+        self._index = index
+        self._embedder = embedder
+        self._scope = scope
+        self._candidates = candidates
+        self._rrf_k = rrf_k
+        self._recency_weight = recency_weight
+        self._half_life_days = recency_half_life_days
+        self._min_similarity = min_similarity
+
+    async def index_blocks(self, blocks: Sequence[Block], *, turn_ordinals: dict[str, int]) -> int:
+        """Index the memorable blocks among ``blocks``; return how many entries were written.
+
+        :param turn_ordinals: each turn's position in the conversation (from 1); blocks of other
+            turns are skipped.
+        """
+        chosen = memorable_blocks(blocks, turn_ordinals=turn_ordinals)
+        if not chosen:
+            return 0
+        vectors = await self._embedder.embed([block.text or "" for block, _ in chosen])
+        entries = tuple(
+            MemoryEntry(
+                scope=self._scope,
+                path=block.path,
+                turn_id=block.turn_id,
+                turn_ordinal=turn_ordinals[block.turn_id],
+                kind=kind,
+                ts=block.ts,
+                text=block.text or "",
+                vector=vector,
+            )
+            for (block, kind), vector in zip(chosen, vectors, strict=True)
+        )
+        await self._index.add(entries)
+        return len(entries)
+
+    def _filter(self, request: MemsearchRequest) -> MemoryFilter:
+        conversation = self._scope.conversation_id if request.scope == "conversation" else None
+        if request.mode == "ordinal":
+            conversation = self._scope.conversation_id  # "the n-th turn" only means something in one conversation
+        return MemoryFilter(
+            owner=self._scope.owner,
+            conversation_id=conversation,
+            kinds=request.targets,
+            since=request.since,
+            until=request.until,
+        )
+
+    async def search(self, request: MemsearchRequest, *, now: datetime) -> tuple[MemoryHit, ...]:
+        """Answer one ``react.memsearch`` call, best (or, for overviews, chronological) first."""
+        where = self._filter(request)
+        if request.mode == "hybrid" or (request.mode == "temporal" and request.query.strip()):
+            return await self._ranked(where, request, now=now)
+        entries = await self._index.list_entries(where)
+        if request.mode == "ordinal":
+            entries = tuple(e for e in entries if e.turn_ordinal == request.ordinal)
+        if request.order == "desc":
+            entries = tuple(reversed(entries))
+        return tuple(self._hit(entry, 1.0) for entry in entries[: request.top_k])
+
+    async def _ranked(self, where: MemoryFilter, request: MemsearchRequest, *, now: datetime) -> tuple[MemoryHit, ...]:
+        lexical = await self._index.search_lexical(where, request.query, limit=self._candidates)
+        entries = await self._index.list_entries(where)
+        (query_vector,) = await self._embedder.embed([request.query])
+        similar = sorted(
+            ((cosine(query_vector, entry.vector), entry) for entry in entries),
+            key=lambda pair: pair[0],
+            reverse=True,
+        )
+        semantic = [entry for score, entry in similar[: self._candidates] if score >= self._min_similarity]
+        by_key = {_key(entry): entry for entry in entries}
+        scores = fuse_rankings(
+            [[_key(hit.entry) for hit in lexical], [_key(entry) for entry in semantic]], k=self._rrf_k
+        )
+        lift_unit = 1.0 / (self._rrf_k + 1)
+        ranked: list[tuple[float, MemoryEntry]] = []
+        for key, score in scores.items():
+            entry = by_key.get(key)
+            if entry is None:
+                continue
+            age_days = max((now - entry.ts).total_seconds(), 0.0) / 86_400
+            lift = self._recency_weight * lift_unit * 0.5 ** (age_days / self._half_life_days)
+            ranked.append((score + lift, entry))
+        ranked.sort(key=lambda pair: (pair[0], pair[1].ts), reverse=True)
+        return tuple(self._hit(entry, score) for score, entry in ranked[: request.top_k])
+
+    @staticmethod
+    def _hit(entry: MemoryEntry, score: float) -> MemoryHit:
+        return MemoryHit(
+            path=entry.path,
+            conversation_id=entry.scope.conversation_id,
+            turn_id=entry.turn_id,
+            kind=entry.kind,
+            ts=entry.ts,
+            score=round(score, 6),
+            snippet=_snippet(entry.text),
+        )

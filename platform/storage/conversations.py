@@ -1,0 +1,248 @@
+"""The conversation store seam: timeline artifact, sources pool, per-turn log and conversation index.
+
+A :class:`ConversationStore` has an explicit lifecycle (:meth:`~ConversationStore.open`,
+:meth:`~ConversationStore.aclose`) and hands out :class:`ConversationHandle` objects bound to one
+:class:`~berth.storage.scope.ConversationScope`; nothing a handle does can reach another conversation.
+
+The write path of a turn, and what survives a crash at any point of it:
+
+1. :meth:`ConversationHandle.begin_turn` records the turn as ``running`` with its head blocks.
+2. :meth:`ConversationHandle.append_round` appends each completed round's blocks (and the source rows
+   it changed) to the turn log, in one transaction. Its cost depends on the round only, never on the
+   length of the conversation: nothing already stored is re-written.
+3. :meth:`ConversationHandle.commit_turn` writes the new timeline artifact, the changed source rows,
+   the turn's final state and its artifacts atomically.
+
+A crash before step 3 leaves the previous timeline intact and the completed rounds in the turn log; the
+next :meth:`ConversationHandle.load` reports the turn as ``interrupted`` and returns those rounds, so
+at most the round that was open is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol, TypeAlias
+
+from berth.storage.scope import ConversationScope, OwnerScope
+
+__all__ = [
+    "ArtifactWrite",
+    "BlockRecord",
+    "ConversationHandle",
+    "ConversationRecord",
+    "ConversationSnapshot",
+    "ConversationStore",
+    "SourceRecord",
+    "StorageError",
+    "StorageErrorCode",
+    "TurnCommit",
+    "TurnLog",
+    "TurnRecord",
+    "TurnRound",
+    "TurnState",
+]
+
+TurnState: TypeAlias = Literal["running", "completed", "interrupted", "failed", "cancelled"]
+StorageErrorCode: TypeAlias = Literal[
+    "turn_not_found",
+    "turn_not_running",
+    "turn_exists",
+    "artifact_not_found",
+    "unsafe_artifact_path",
+    "conflicting_commit",
+    "store_closed",
+]
+
+
+class StorageError(Exception):
+    """A storage operation that cannot be done, with a stable ``code`` and a message saying what to do."""
+
+    def __init__(self, code: StorageErrorCode, message: str) -> None:
+        self.code: StorageErrorCode = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRecord:
+    """A timeline block as it is stored: the columns a store indexes, plus the block's JSON."""
+
+    turn_id: str
+    path: str
+    type: str
+    json: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One sources-pool row as it is stored: its SID and its JSON."""
+
+    sid: int
+    json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactWrite:
+    """A file of the conversation to write with a turn's commit, at a relative ``path`` (no ``..``)."""
+
+    path: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One turn in the conversation index. ``rounds`` counts the rounds appended to its log."""
+
+    turn_id: str
+    state: TurnState
+    started_at: datetime
+    ended_at: datetime | None
+    generation: str | None
+    rounds: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRound:
+    """One entry of a turn log: round 0 is the turn's head (header, prompt, attachments)."""
+
+    index: int
+    blocks: tuple[BlockRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLog:
+    """Everything appended for one turn, in order; the log keeps blocks compaction dropped."""
+
+    turn: TurnRecord
+    rounds: tuple[TurnRound, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSnapshot:
+    """What a turn starts from: one read of the timeline, one of the sources pool, and the turn index.
+
+    :ivar timeline_json: the last committed timeline artifact, or ``None`` for a new conversation.
+    :ivar version: how many commits made it (0 for a new conversation); a commit must name it.
+    :ivar uncommitted: the logs of turns that never committed (``interrupted`` in ``turns``), oldest
+        first: the rounds that survived a crash.
+    """
+
+    scope: ConversationScope
+    timeline_json: str | None
+    version: int
+    sources: tuple[SourceRecord, ...]
+    turns: tuple[TurnRecord, ...]
+    uncommitted: tuple[TurnLog, ...]
+
+    @property
+    def interrupted_turn_ids(self) -> tuple[str, ...]:
+        """The turns that stopped without a commit (a crash, or a worker that died)."""
+        return tuple(turn.turn_id for turn in self.turns if turn.state == "interrupted")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCommit:
+    """The atomic end of a turn.
+
+    :ivar base_version: the :attr:`ConversationSnapshot.version` the turn started from; a commit from
+        a stale base is refused (``conflicting_commit``) instead of overwriting a newer timeline.
+    :ivar timeline_json: the whole new timeline artifact.
+    :ivar sources: the source rows added or changed since the last write.
+    :ivar final_round: blocks to append to the turn log with the commit (e.g. the final answer).
+    :ivar title: a title for the conversation index, when the turn produced one.
+    """
+
+    turn_id: str
+    state: TurnState
+    ended_at: datetime
+    base_version: int
+    timeline_json: str
+    sources: tuple[SourceRecord, ...] = ()
+    final_round: tuple[BlockRecord, ...] = ()
+    artifacts: tuple[ArtifactWrite, ...] = ()
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRecord:
+    """A row of the conversation index."""
+
+    scope: ConversationScope
+    title: str | None
+    created_at: datetime
+    updated_at: datetime
+    turn_count: int
+
+
+class ConversationHandle(Protocol):
+    """One conversation of a store, bound to its scope."""
+
+    @property
+    def scope(self) -> ConversationScope:
+        """The tenant, project, user and conversation every operation of this handle is limited to."""
+        ...
+
+    async def load(self) -> ConversationSnapshot:
+        """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns."""
+        ...
+
+    async def begin_turn(
+        self, turn_id: str, *, started_at: datetime, generation: str | None, head: tuple[BlockRecord, ...]
+    ) -> None:
+        """Record a new ``running`` turn and its head blocks (round 0 of its log).
+
+        :raises StorageError: ``turn_exists`` when the turn id is already used.
+        """
+        ...
+
+    async def append_round(
+        self, turn_id: str, blocks: tuple[BlockRecord, ...], *, sources: tuple[SourceRecord, ...] = ()
+    ) -> int:
+        """Append one completed round to the turn log in one transaction; return its round index.
+
+        :param sources: the source rows the round added or changed (never the whole pool).
+        :raises StorageError: ``turn_not_found`` or ``turn_not_running``.
+        """
+        ...
+
+    async def commit_turn(self, commit: TurnCommit) -> int:
+        """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version.
+
+        :raises StorageError: ``turn_not_found``, ``conflicting_commit``, ``unsafe_artifact_path``.
+        """
+        ...
+
+    async def read_turn_log(self, turn_id: str) -> TurnLog:
+        """Return one turn's log (every round appended, whatever compaction later dropped).
+
+        :raises StorageError: ``turn_not_found``.
+        """
+        ...
+
+    async def read_artifact(self, path: str) -> bytes:
+        """Return a committed artifact of this conversation.
+
+        :raises StorageError: ``artifact_not_found`` or ``unsafe_artifact_path``.
+        """
+        ...
+
+
+class ConversationStore(Protocol):
+    """Where conversations live. Open it before use and close it when done (or use ``async with``)."""
+
+    async def open(self) -> None:
+        """Prepare the store (create or migrate its schema, open connections)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; the store refuses further work (``store_closed``)."""
+        ...
+
+    def conversation(self, scope: ConversationScope) -> ConversationHandle:
+        """Return a handle bound to one conversation (created on its first write)."""
+        ...
+
+    async def list_conversations(self, owner: OwnerScope) -> tuple[ConversationRecord, ...]:
+        """Return the conversation index of one user in one tenant/project, newest first."""
+        ...

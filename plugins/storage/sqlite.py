@@ -1,0 +1,616 @@
+"""The embedded conversation store: SQLite (WAL) plus files under one root folder.
+
+Layout under ``root``::
+
+    berth.sqlite3                     conversations, turns, turn log, sources pool, artifact index
+    artifacts/<tenant>/<project>/<user>/<conversation>/
+        timeline/<version>-<uuid>.json   the committed timeline artifact (one live file)
+        blobs/<sha256>                   artifact contents, addressed by hash
+
+How writes stay atomic:
+
+* every database write is one ``BEGIN IMMEDIATE`` transaction;
+* files are written to a temporary name, flushed, ``fsync``-ed and renamed into place before the
+  transaction that makes them visible commits. A crash in between leaves an unreferenced file and the
+  previous consistent state; the old timeline file is removed only after the new one is committed.
+
+Each round appends only its own rows to the turn log, so that write costs the same at round 5 and at
+round 500. Scoping comes from the bound :class:`~berth.storage.scope.ConversationScope`; folder names are
+its ids, which the scope already restricts to ``[A-Za-z0-9_-]``.
+
+Embedded mode is one process per root: a turn that is ``running`` in the database but was not begun by
+this store instance is reported (and recorded) as ``interrupted`` on the next load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import Final, Self, TypeVar, cast
+
+from berth.storage.conversations import (
+    BlockRecord,
+    ConversationRecord,
+    ConversationSnapshot,
+    SourceRecord,
+    StorageError,
+    TurnCommit,
+    TurnLog,
+    TurnRecord,
+    TurnRound,
+    TurnState,
+)
+from berth.storage.scope import ConversationScope, OwnerScope
+
+__all__ = ["DATABASE_FILE", "SqliteConversationHandle", "SqliteConversationStore", "SqliteDatabase", "write_atomically"]
+
+DATABASE_FILE: Final = "berth.sqlite3"
+"""The database file's name under the storage root."""
+
+_T = TypeVar("_T")
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    title TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0,
+    timeline_file TEXT,
+    UNIQUE (tenant, project, user_id, conversation_id)
+);
+CREATE TABLE IF NOT EXISTS turns (
+    conversation INTEGER NOT NULL REFERENCES conversations (id),
+    turn_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    committed INTEGER NOT NULL DEFAULT 0,
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    generation TEXT,
+    rounds INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation, turn_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS turn_log (
+    conversation INTEGER NOT NULL,
+    turn_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    type TEXT NOT NULL,
+    block TEXT NOT NULL,
+    PRIMARY KEY (conversation, turn_id, round, position)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sources (
+    conversation INTEGER NOT NULL,
+    sid INTEGER NOT NULL,
+    row TEXT NOT NULL,
+    PRIMARY KEY (conversation, sid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS artifacts (
+    conversation INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    turn_id TEXT NOT NULL,
+    PRIMARY KEY (conversation, path)
+) WITHOUT ROWID;
+"""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _iso(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise ValueError("storage timestamps must be timezone-aware")
+    return value.astimezone(UTC).isoformat()
+
+
+def _instant(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` so that a crash leaves either the old file or the new one, never half.
+
+    The bytes go to a temporary file in the same folder, are flushed and ``fsync``-ed, then renamed
+    over ``target``; the folder is ``fsync``-ed so the rename itself is durable.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+    _fsync_directory(target.parent)
+
+
+def _checked_artifact_path(path: str) -> str:
+    """Return ``path`` if it is a safe relative POSIX path; raise ``unsafe_artifact_path`` otherwise."""
+    bad = (
+        not path
+        or "\x00" in path
+        or "\\" in path
+        or path.startswith("/")
+        or any(part in ("", ".", "..") for part in path.split("/"))
+    )
+    if bad or PurePosixPath(path).is_absolute():
+        raise StorageError("unsafe_artifact_path", f"artifact path {path[:120]!r} must be relative, without '..'")
+    return path
+
+
+class SqliteDatabase:
+    """One SQLite connection in WAL mode, used from worker threads one call at a time.
+
+    :param trace: called with each SQL statement as executed (values expanded); for diagnostics and
+        for tests that check how much a write touches.
+    """
+
+    def __init__(self, path: Path, *, trace: Callable[[str], None] | None = None) -> None:
+        self.path = path
+        self._trace = trace
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def open(self, schema: str) -> None:
+        """Open (or create) the database, switch it to WAL and create ``schema``'s tables."""
+        with self._lock:
+            if self._connection is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=FULL")
+                connection.execute("PRAGMA busy_timeout=10000")
+                if self._trace is not None:
+                    connection.set_trace_callback(self._trace)
+                self._connection = connection
+            self._connection.executescript(schema)
+
+    def close(self) -> None:
+        """Close the connection; later calls fail with ``store_closed``."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``work`` on the connection (a consistent read: WAL snapshot of one transaction)."""
+        with self._lock:
+            connection = self._require()
+            connection.execute("BEGIN")
+            try:
+                return work(connection)
+            finally:
+                connection.execute("COMMIT")
+
+    def write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it."""
+        with self._lock:
+            connection = self._require()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(connection)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+            return result
+
+    def _require(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StorageError("store_closed", "the store is not open; call open() (or use 'async with') first")
+        return self._connection
+
+
+def _turn_record(row: Sequence[object]) -> TurnRecord:
+    turn_id, state, started_at, ended_at, generation, rounds = row
+    started = _instant(cast(str, started_at))
+    assert started is not None
+    return TurnRecord(
+        turn_id=cast(str, turn_id),
+        state=cast(TurnState, state),
+        started_at=started,
+        ended_at=_instant(cast("str | None", ended_at)),
+        generation=cast("str | None", generation),
+        rounds=cast(int, rounds),
+    )
+
+
+class SqliteConversationHandle:
+    """One conversation of a :class:`SqliteConversationStore`, bound to its scope."""
+
+    def __init__(self, store: SqliteConversationStore, scope: ConversationScope) -> None:
+        self._store = store
+        self._scope = scope
+        self._folder = store.artifacts_root.joinpath(scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+
+    @property
+    def scope(self) -> ConversationScope:
+        """The tenant, project, user and conversation this handle is limited to."""
+        return self._scope
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _conversation_id(self, connection: sqlite3.Connection) -> int | None:
+        s = self._scope
+        row = connection.execute(
+            "SELECT id FROM conversations WHERE tenant=? AND project=? AND user_id=? AND conversation_id=?",
+            (s.tenant, s.project, s.user_id, s.conversation_id),
+        ).fetchone()
+        return None if row is None else cast(int, row[0])
+
+    def _ensure_conversation(self, connection: sqlite3.Connection) -> int:
+        found = self._conversation_id(connection)
+        if found is not None:
+            return found
+        s = self._scope
+        now = _now()
+        cursor = connection.execute(
+            "INSERT INTO conversations (tenant, project, user_id, conversation_id, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (s.tenant, s.project, s.user_id, s.conversation_id, now, now),
+        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    @staticmethod
+    def _rounds(connection: sqlite3.Connection, conversation: int, turn_id: str) -> tuple[TurnRound, ...]:
+        rows = connection.execute(
+            "SELECT round, path, type, block FROM turn_log WHERE conversation=? AND turn_id=? ORDER BY round, position",
+            (conversation, turn_id),
+        ).fetchall()
+        rounds: dict[int, list[BlockRecord]] = {}
+        for index, path, type_, block in rows:
+            rounds.setdefault(index, []).append(BlockRecord(turn_id=turn_id, path=path, type=type_, json=block))
+        return tuple(TurnRound(index=index, blocks=tuple(blocks)) for index, blocks in rounds.items())
+
+    def _load(self, connection: sqlite3.Connection) -> tuple[ConversationSnapshot, str | None]:
+        conversation = self._conversation_id(connection)
+        if conversation is None:
+            empty = ConversationSnapshot(
+                scope=self._scope, timeline_json=None, version=0, sources=(), turns=(), uncommitted=()
+            )
+            return empty, None
+        version, timeline_file = connection.execute(
+            "SELECT version, timeline_file FROM conversations WHERE id=?", (conversation,)
+        ).fetchone()
+        running = set(self._store.running_turns(conversation))
+        stalled = connection.execute(
+            "SELECT turn_id FROM turns WHERE conversation=? AND state='running' AND committed=0", (conversation,)
+        ).fetchall()
+        connection.executemany(
+            "UPDATE turns SET state='interrupted' WHERE conversation=? AND turn_id=?",
+            [(conversation, turn_id) for (turn_id,) in stalled if turn_id not in running],
+        )
+        turn_rows = connection.execute(
+            "SELECT turn_id, state, started_at, ended_at, generation, rounds, committed"
+            " FROM turns WHERE conversation=? ORDER BY seq",
+            (conversation,),
+        ).fetchall()
+        turns = tuple(_turn_record(row[:-1]) for row in turn_rows)
+        uncommitted = tuple(
+            TurnLog(turn=turn, rounds=self._rounds(connection, conversation, turn.turn_id))
+            for turn, row in zip(turns, turn_rows, strict=True)
+            if turn.state == "interrupted" and not row[-1]
+        )
+        sources = tuple(
+            SourceRecord(sid=sid, json=row)
+            for sid, row in connection.execute(
+                "SELECT sid, row FROM sources WHERE conversation=? ORDER BY sid", (conversation,)
+            )
+        )
+        snapshot = ConversationSnapshot(
+            scope=self._scope,
+            timeline_json=None,
+            version=version,
+            sources=sources,
+            turns=turns,
+            uncommitted=uncommitted,
+        )
+        return snapshot, timeline_file
+
+    async def load(self) -> ConversationSnapshot:
+        """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns."""
+
+        def work() -> ConversationSnapshot:
+            # A commit running alongside may retire the file we were pointed at; read the pointer again.
+            for _ in range(3):
+                snapshot, timeline_file = self._store.database.write(self._load)
+                if timeline_file is None:
+                    return snapshot
+                try:
+                    text = (self._folder / "timeline" / timeline_file).read_text(encoding="utf-8")
+                except FileNotFoundError:
+                    continue
+                return dataclasses.replace(snapshot, timeline_json=text)
+            raise StorageError("conflicting_commit", "the timeline kept changing while it was read; retry the load")
+
+        return await asyncio.to_thread(work)
+
+    async def read_turn_log(self, turn_id: str) -> TurnLog:
+        """Return one turn's log (every round appended, whatever compaction later dropped)."""
+
+        def work(connection: sqlite3.Connection) -> TurnLog:
+            conversation = self._conversation_id(connection)
+            row = None
+            if conversation is not None:
+                row = connection.execute(
+                    "SELECT turn_id, state, started_at, ended_at, generation, rounds"
+                    " FROM turns WHERE conversation=? AND turn_id=?",
+                    (conversation, turn_id),
+                ).fetchone()
+            if conversation is None or row is None:
+                raise StorageError("turn_not_found", f"this conversation has no turn {turn_id!r}")
+            return TurnLog(turn=_turn_record(row), rounds=self._rounds(connection, conversation, turn_id))
+
+        return await asyncio.to_thread(self._store.database.read, work)
+
+    async def read_artifact(self, path: str) -> bytes:
+        """Return a committed artifact of this conversation."""
+        checked = _checked_artifact_path(path)
+
+        def lookup(connection: sqlite3.Connection) -> str | None:
+            conversation = self._conversation_id(connection)
+            if conversation is None:
+                return None
+            row = connection.execute(
+                "SELECT sha256 FROM artifacts WHERE conversation=? AND path=?", (conversation, checked)
+            ).fetchone()
+            return None if row is None else cast(str, row[0])
+
+        def work() -> bytes:
+            digest = self._store.database.read(lookup)
+            if digest is None:
+                raise StorageError("artifact_not_found", f"no committed artifact at {checked!r}")
+            return (self._folder / "blobs" / digest).read_bytes()
+
+        return await asyncio.to_thread(work)
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    async def begin_turn(
+        self, turn_id: str, *, started_at: datetime, generation: str | None, head: tuple[BlockRecord, ...]
+    ) -> None:
+        """Record a new ``running`` turn and its head blocks (round 0 of its log)."""
+
+        def work(connection: sqlite3.Connection) -> int:
+            conversation = self._ensure_conversation(connection)
+            if connection.execute(
+                "SELECT 1 FROM turns WHERE conversation=? AND turn_id=?", (conversation, turn_id)
+            ).fetchone():
+                raise StorageError("turn_exists", f"turn {turn_id!r} was already begun; use a new turn id")
+            connection.execute(
+                "INSERT INTO turns (conversation, turn_id, seq, state, started_at, generation)"
+                " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'running', ?, ?)",
+                (conversation, turn_id, conversation, _iso(started_at), generation),
+            )
+            self._insert_blocks(connection, conversation, turn_id, 0, head)
+            return conversation
+
+        conversation = await asyncio.to_thread(self._store.database.write, work)
+        self._store.mark_running(conversation, turn_id)
+
+    @staticmethod
+    def _insert_blocks(
+        connection: sqlite3.Connection, conversation: int, turn_id: str, index: int, blocks: Sequence[BlockRecord]
+    ) -> None:
+        for record in blocks:
+            if record.turn_id != turn_id:
+                raise ValueError(f"block {record.path!r} belongs to {record.turn_id!r}, not to turn {turn_id!r}")
+        connection.executemany(
+            "INSERT INTO turn_log (conversation, turn_id, round, position, path, type, block)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(conversation, turn_id, index, n, r.path, r.type, r.json) for n, r in enumerate(blocks)],
+        )
+
+    @staticmethod
+    def _upsert_sources(connection: sqlite3.Connection, conversation: int, sources: Sequence[SourceRecord]) -> None:
+        connection.executemany(
+            "INSERT INTO sources (conversation, sid, row) VALUES (?, ?, ?)"
+            " ON CONFLICT (conversation, sid) DO UPDATE SET row=excluded.row",
+            [(conversation, s.sid, s.json) for s in sources],
+        )
+
+    def _turn_state(self, connection: sqlite3.Connection, turn_id: str) -> tuple[int, str, int, int]:
+        conversation = self._conversation_id(connection)
+        row = None
+        if conversation is not None:
+            row = connection.execute(
+                "SELECT state, rounds, committed FROM turns WHERE conversation=? AND turn_id=?",
+                (conversation, turn_id),
+            ).fetchone()
+        if conversation is None or row is None:
+            raise StorageError("turn_not_found", f"turn {turn_id!r} was never begun; call begin_turn first")
+        return conversation, row[0], row[1], row[2]
+
+    async def append_round(
+        self, turn_id: str, blocks: tuple[BlockRecord, ...], *, sources: tuple[SourceRecord, ...] = ()
+    ) -> int:
+        """Append one completed round to the turn log in one transaction; return its round index."""
+
+        def work(connection: sqlite3.Connection) -> int:
+            conversation, state, rounds, _ = self._turn_state(connection, turn_id)
+            if state != "running":
+                raise StorageError("turn_not_running", f"turn {turn_id!r} is {state}; rounds go to running turns")
+            index = rounds + 1
+            self._insert_blocks(connection, conversation, turn_id, index, blocks)
+            self._upsert_sources(connection, conversation, sources)
+            connection.execute(
+                "UPDATE turns SET rounds=? WHERE conversation=? AND turn_id=?", (index, conversation, turn_id)
+            )
+            return index
+
+        return await asyncio.to_thread(self._store.database.write, work)
+
+    def _commit(self, commit: TurnCommit) -> int:
+        written: list[Path] = []
+        timeline_file = f"{commit.base_version + 1}-{uuid.uuid4().hex}.json"
+        blobs: list[tuple[str, str, int]] = []
+        try:
+            for artifact in commit.artifacts:
+                path = _checked_artifact_path(artifact.path)
+                digest = hashlib.sha256(artifact.data).hexdigest()
+                blob = self._folder / "blobs" / digest
+                if not blob.exists():
+                    write_atomically(blob, artifact.data)
+                blobs.append((path, digest, len(artifact.data)))
+            timeline_path = self._folder / "timeline" / timeline_file
+            write_atomically(timeline_path, commit.timeline_json.encode("utf-8"))
+            written.append(timeline_path)
+
+            def work(connection: sqlite3.Connection) -> tuple[int, str | None]:
+                conversation, _, rounds, committed = self._turn_state(connection, commit.turn_id)
+                if committed:
+                    raise StorageError("conflicting_commit", f"turn {commit.turn_id!r} was already committed")
+                previous = connection.execute(
+                    "SELECT timeline_file FROM conversations WHERE id=? AND version=?",
+                    (conversation, commit.base_version),
+                ).fetchone()
+                if previous is None:
+                    raise StorageError(
+                        "conflicting_commit",
+                        f"the conversation changed since version {commit.base_version}; reload it and retry",
+                    )
+                if commit.final_round:
+                    rounds += 1
+                    self._insert_blocks(connection, conversation, commit.turn_id, rounds, commit.final_round)
+                self._upsert_sources(connection, conversation, commit.sources)
+                connection.executemany(
+                    "INSERT INTO artifacts (conversation, path, sha256, size, turn_id) VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (conversation, path) DO UPDATE SET sha256=excluded.sha256, size=excluded.size,"
+                    " turn_id=excluded.turn_id",
+                    [(conversation, path, digest, size, commit.turn_id) for path, digest, size in blobs],
+                )
+                connection.execute(
+                    "UPDATE turns SET state=?, committed=1, ended_at=?, rounds=? WHERE conversation=? AND turn_id=?",
+                    (commit.state, _iso(commit.ended_at), rounds, conversation, commit.turn_id),
+                )
+                connection.execute(
+                    "UPDATE conversations SET version=version+1, timeline_file=?, updated_at=?,"
+                    " title=COALESCE(?, title) WHERE id=?",
+                    (timeline_file, _iso(commit.ended_at), commit.title, conversation),
+                )
+                return conversation, cast("str | None", previous[0])
+
+            conversation, old_file = self._store.database.write(work)
+        except BaseException:
+            for stray in written:
+                stray.unlink(missing_ok=True)
+            raise
+        self._store.mark_done(conversation, commit.turn_id)
+        if old_file is not None:
+            # Only now is the old timeline unreferenced; a crash before this line leaves a stray file.
+            (self._folder / "timeline" / old_file).unlink(missing_ok=True)
+        return commit.base_version + 1
+
+    async def commit_turn(self, commit: TurnCommit) -> int:
+        """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version."""
+        return await asyncio.to_thread(self._commit, commit)
+
+
+class SqliteConversationStore:
+    """The embedded :class:`~berth.storage.conversations.ConversationStore`: SQLite (WAL) + files under ``root``.
+
+    :param root: the storage root folder (created if missing); the caller decides where it is.
+    :param trace: optional callback receiving every SQL statement executed (diagnostics, tests).
+    """
+
+    def __init__(self, root: Path, *, trace: Callable[[str], None] | None = None) -> None:
+        self.root = root
+        self.artifacts_root = root / "artifacts"
+        self.database = SqliteDatabase(root / DATABASE_FILE, trace=trace)
+        self._running: set[tuple[int, str]] = set()
+        self._running_lock = threading.Lock()
+
+    async def open(self) -> None:
+        """Create the root folder, the database (WAL) and its tables."""
+        await asyncio.to_thread(self.database.open, _SCHEMA)
+
+    async def aclose(self) -> None:
+        """Close the database; the store refuses further work."""
+        await asyncio.to_thread(self.database.close)
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def conversation(self, scope: ConversationScope) -> SqliteConversationHandle:
+        """Return a handle bound to one conversation (created on its first write)."""
+        return SqliteConversationHandle(self, scope)
+
+    async def list_conversations(self, owner: OwnerScope) -> tuple[ConversationRecord, ...]:
+        """Return the conversation index of one user in one tenant/project, newest first."""
+
+        def work(connection: sqlite3.Connection) -> tuple[ConversationRecord, ...]:
+            rows = connection.execute(
+                "SELECT c.conversation_id, c.title, c.created_at, c.updated_at,"
+                " (SELECT COUNT(*) FROM turns t WHERE t.conversation = c.id)"
+                " FROM conversations c WHERE c.tenant=? AND c.project=? AND c.user_id=?"
+                " ORDER BY c.updated_at DESC, c.conversation_id",
+                (owner.tenant, owner.project, owner.user_id),
+            ).fetchall()
+            records = []
+            for conversation_id, title, created_at, updated_at, turn_count in rows:
+                created, updated = _instant(created_at), _instant(updated_at)
+                assert created is not None and updated is not None
+                records.append(
+                    ConversationRecord(
+                        scope=owner.conversation(conversation_id),
+                        title=title,
+                        created_at=created,
+                        updated_at=updated,
+                        turn_count=turn_count,
+                    )
+                )
+            return tuple(records)
+
+        return await asyncio.to_thread(self.database.read, work)
+
+    # -- turns begun by this instance (embedded mode is one process per root) ------------------
+
+    def running_turns(self, conversation: int) -> tuple[str, ...]:
+        """Return the turns of ``conversation`` this instance began and has not committed."""
+        with self._running_lock:
+            return tuple(turn for conv, turn in self._running if conv == conversation)
+
+    def mark_running(self, conversation: int, turn_id: str) -> None:
+        """Remember that this instance runs ``turn_id`` (so a load does not call it interrupted)."""
+        with self._running_lock:
+            self._running.add((conversation, turn_id))
+
+    def mark_done(self, conversation: int, turn_id: str) -> None:
+        """Forget a turn this instance ran, once it is committed."""
+        with self._running_lock:
+            self._running.discard((conversation, turn_id))
