@@ -20,12 +20,14 @@ BERTH = str(Path(sys.executable).parent / "berth")
 
 
 def pip(*args: str) -> None:
-    subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "pip", "--quiet", "--disable-pip-version-check", *args],
-        check=True,
         capture_output=True,
+        text=True,
         timeout=300,
+        check=False,
     )
+    assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
 
 
 @pytest.fixture
