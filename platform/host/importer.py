@@ -3,7 +3,10 @@
 * A **folder bundle** is imported as a synthetic package unique to bundle and generation,
   ``berth_bundles.<bundle>.g<N>``, so two folder bundles may both have a ``tools.py`` or a ``utils/``
   package. Inside it, imports of its own modules must be relative; an absolute import of a sibling
-  fails with a :class:`ModuleNotFoundError` that says so (:class:`SiblingImportGuard`).
+  fails with a :class:`ModuleNotFoundError` that says so (:class:`SiblingImportGuard`). Folder bundle
+  modules are always compiled from their source (:class:`BundleSourceLoader`): a ``.pyc`` is trusted
+  when the source's size and whole-second mtime match, so a same-size edit saved within the second of
+  the previous load would otherwise reload the old code.
 * A **pip-installed bundle** keeps its real package name. A reload drops that package's modules from
   ``sys.modules`` and imports them again; the previous generation keeps the module objects it holds.
 """
@@ -58,7 +61,10 @@ def import_folder_bundle(bundle_id: str, generation: int, folder: Path, module: 
     name = synthetic_package_name(bundle_id, generation)
     _ensure_parent_packages(name)
     SiblingImportGuard.install().watch(bundle_id, package_dir)
-    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(package_dir)])
+    FolderBundleFinder.install()
+    spec = importlib.util.spec_from_file_location(
+        name, init, loader=BundleSourceLoader(name, str(init)), submodule_search_locations=[str(package_dir)]
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {package_dir}")
     module_object = importlib.util.module_from_spec(spec)
@@ -110,6 +116,59 @@ def _ensure_parent_packages(name: str) -> None:
             module = types.ModuleType(parent, "Synthetic namespace for folder bundles.")
             module.__path__ = []
             sys.modules[parent] = module
+
+
+class BundleSourceLoader(importlib.machinery.SourceFileLoader):
+    """Loads a folder bundle's module from its source every time: no ``.pyc`` is read or written."""
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        """Compile the module's current source."""
+        path = self.get_filename(fullname)
+        return compile(self.get_data(path), path, "exec", dont_inherit=True)
+
+
+class FolderBundleFinder(importlib.abc.MetaPathFinder):
+    """First finder on ``sys.meta_path`` for modules under ``berth_bundles.``: finds a folder bundle's
+    submodules in its package folders and loads them with :class:`BundleSourceLoader`."""
+
+    _instance: FolderBundleFinder | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def install(cls) -> FolderBundleFinder:
+        """The process-wide finder, inserted at the front of ``sys.meta_path`` on first use."""
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            if cls._instance not in sys.meta_path:
+                sys.meta_path.insert(0, cls._instance)
+            return cls._instance
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        """A spec for ``berth_bundles.<id>.g<N>.<sub>``; None for anything else (other finders go on)."""
+        if not fullname.startswith(SYNTHETIC_ROOT + ".") or path is None:
+            return None
+        leaf = fullname.rpartition(".")[2]
+        for folder in path:
+            package_init = Path(folder) / leaf / "__init__.py"
+            if package_init.is_file():
+                return importlib.util.spec_from_file_location(
+                    fullname,
+                    package_init,
+                    loader=BundleSourceLoader(fullname, str(package_init)),
+                    submodule_search_locations=[str(package_init.parent)],
+                )
+            module_file = Path(folder) / f"{leaf}.py"
+            if module_file.is_file():
+                return importlib.util.spec_from_file_location(
+                    fullname, module_file, loader=BundleSourceLoader(fullname, str(module_file))
+                )
+        return None
 
 
 class SiblingImportGuard(importlib.abc.MetaPathFinder):

@@ -316,3 +316,23 @@ async def test_a_missing_entry_point_says_to_install_it(descriptors_for: Descrip
     assert outcome.error is not None
     assert outcome.error.code == "bundle_not_installed"
     assert "pip install" in outcome.error.message
+
+
+async def test_same_size_edits_within_one_second_reload_the_new_code(
+    folder_bundle: FolderBundle, descriptors_for: Descriptors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    files = {
+        "__init__.py": BASIC_INIT.replace("{bundle_id}", "alpha").replace('return "v1"', "return impl.VALUE")
+        + "\nfrom . import impl\n",
+        "impl.py": 'VALUE = "r1"\n',
+    }
+    folder = folder_bundle("alpha", files)
+    registry = BundleRegistry(descriptors_for({"alpha": path_entry(folder)}))
+    await registry.start()
+    for attempt in range(2, 6):
+        (folder / "impl.py").write_text(f'VALUE = "r{attempt}"\n')
+        assert (await registry.reload("alpha")).ok
+        assert await call_answer(registry, "alpha") == f"r{attempt}"
+    assert not (folder / "__pycache__").exists()
+    await registry.close()
