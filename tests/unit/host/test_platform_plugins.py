@@ -31,9 +31,12 @@ def provider_plugin(prefix: str) -> SimpleNamespace:
 
 def test_builtin_plugins_register_through_the_entry_point_group(clean_berth_env: None) -> None:
     plugins = PlatformPlugins.discover()
-    assert [r.name for r in plugins.records] == ["aws-sm"]
-    assert plugins.records[0].package == "berth-platform"
+    names = [r.name for r in plugins.records]
+    assert {"aws-sm", "anthropic", "openai-compatible", "scripted", "web"} <= set(names)
+    assert {r.package for r in plugins.records} == {"berth-platform"}
     assert "aws-sm" in plugins.secret_providers()
+    assert {"anthropic", "openai-compatible", "scripted"} <= set(plugins.model_providers())
+    assert "web" in plugins.tool_packs()
 
 
 def test_two_plugins_registering_one_name_are_refused_naming_both_packages() -> None:
@@ -66,7 +69,9 @@ def test_unregistering_a_plugin_removes_its_backends() -> None:
 def test_disable_list_removes_named_plugins(monkeypatch: pytest.MonkeyPatch, clean_berth_env: None) -> None:
     monkeypatch.setenv("BERTH_DISABLE_PLUGINS", "aws-sm, other")
     assert plugin_selection(["aws-sm", "web"]) == ["web"]
-    assert PlatformPlugins.discover().records == []
+    names = [r.name for r in PlatformPlugins.discover().records]
+    assert "aws-sm" not in names
+    assert "web" in names
 
 
 def test_allow_list_keeps_only_named_plugins(monkeypatch: pytest.MonkeyPatch, clean_berth_env: None) -> None:

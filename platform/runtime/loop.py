@@ -1,0 +1,842 @@
+"""The ReAct loop (SPEC §4.1): one turn, from the user's message to a persisted final answer.
+
+A turn loads the conversation (one read), contributes the user prompt, then runs rounds — render →
+call the model (streaming) → parse channels → validate the action → execute it → contribute the
+blocks it produced — until the model completes or exits, or the iteration budget runs out. Each
+round's blocks are appended to the turn log as the round completes; the timeline, the sources pool
+and the turn's files are committed atomically at the end. A protocol problem becomes a
+``react.notice`` the model sees next round and costs one iteration; it never crashes the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ValidationError
+
+from berth.bundle.context import BundleContext
+from berth.config.models.assembly import ModelRef, ReactConfig
+from berth.models.errors import ModelContextOverflow, ModelError
+from berth.models.protocol import ModelCompleted, ModelProvider, ModelRequest, TextDelta, Usage
+from berth.runtime.announce import AnnounceState
+from berth.runtime.blocks import Block, BlockType
+from berth.runtime.caching import editable_tail_start
+from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
+from berth.runtime.events import EventSink, TurnEvent
+from berth.runtime.memory import MemorySearch
+from berth.runtime.paths import RecordPath, ToolCallPath
+from berth.runtime.persistence import TurnRecorder, restore_conversation
+from berth.runtime.plan import apply_step_markers
+from berth.runtime.protocol import (
+    DECISION_CHANNELS,
+    PROTOCOL_TEXT,
+    Action,
+    Decision,
+    ProtocolNotice,
+    interpret_response,
+)
+from berth.runtime.pruning import plan_pruning
+from berth.runtime.render import PromptMessage, PromptPart, RenderedPrompt, TimelineRenderer
+from berth.runtime.sources import Source, SourcesPool
+from berth.runtime.timeline import Timeline
+from berth.runtime.toolbox import RuntimeTool, ToolBox, ToolNotice, function_tool, system_message
+from berth.runtime.tools import react_tools
+from berth.runtime.turn import BundleView, TurnState
+from berth.runtime.workspace import Workspace
+from berth.storage.conversations import ArtifactWrite, ConversationStore
+from berth.storage.scope import ConversationScope
+from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, CitationSource, StreamEvent
+from berth.tools.catalog import build_catalog
+from berth.tools.contributions import merge_tool_contributions
+from berth.tools.packs import PackContext, ToolPackFactory
+from berth.tools.results import ToolOutput
+
+if TYPE_CHECKING:
+    from berth.host.generation import BundleGeneration
+
+log = logging.getLogger(__name__)
+
+TurnOutcome = Literal["completed", "exited", "iteration_limit", "failed", "cancelled"]
+ModelResolver = Callable[[str | None], tuple[ModelRef, ModelProvider]]
+"""Returns the model reference and provider for a role (None = the default model)."""
+
+RESULT_PREVIEW_CHARS = 6_000
+
+
+def utc_now() -> datetime:
+    """The current time, UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """What starts a turn."""
+
+    scope: ConversationScope
+    turn_id: str
+    message: str
+    user_timezone: str = "UTC"
+    attachments: Sequence[tuple[str, str, bytes]] = ()
+    """``(name, mime, data)`` of each attachment; text attachments are shown to the model."""
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """How a turn ended (also what the turn log records)."""
+
+    turn_id: str
+    outcome: TurnOutcome
+    answer: str | None
+    followups: tuple[str, ...]
+    sources_used: tuple[dict[str, Any], ...]
+    usage: Usage
+    rounds: int
+    generation: int
+    model: str
+    error: dict[str, str] | None = None
+
+
+@dataclass
+class _RoundBuffer:
+    """Blocks a round produced, in order."""
+
+    blocks: list[Block] = field(default_factory=list)
+
+
+class TurnRunner:
+    """Runs turns of one host: storage, models and tool packs are passed in, never fetched globally."""
+
+    def __init__(
+        self,
+        *,
+        store: ConversationStore,
+        models: ModelResolver,
+        tool_packs: Mapping[str, ToolPackFactory] | None = None,
+        memory: Callable[[ConversationScope], MemorySearch] | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        result_preview_chars: int = RESULT_PREVIEW_CHARS,
+    ) -> None:
+        self._store = store
+        self._models = models
+        self._tool_packs = dict(tool_packs or {})
+        self._memory = memory
+        self._clock = clock
+        self._preview_chars = result_preview_chars
+
+    async def run(
+        self, generation: BundleGeneration, context: BundleContext, turn: TurnInput, emit: EventSink
+    ) -> TurnResult:
+        """Run one turn of ``generation``'s agent in ``context``'s scope; stream events to ``emit``."""
+        now = self._clock()
+        handle = self._store.conversation(turn.scope)
+        restored = await restore_conversation(handle, now=now)
+        timeline, sources = restored.timeline, restored.sources
+        last_request_at = timeline.blocks[-1].ts if len(timeline) else None
+        bundle = BundleView(
+            bundle_id=generation.bundle_id,
+            skills=dict(generation.skills),
+            knowledge=generation.knowledge_documents if generation.knowledge else None,
+            knowledge_spaces=tuple(sorted(generation.knowledge)),
+        )
+        memory = self._memory(turn.scope) if self._memory else None
+        state = TurnState(
+            scope=turn.scope,
+            turn_id=turn.turn_id,
+            bundle=bundle,
+            timeline=timeline,
+            sources=sources,
+            workspace=Workspace(turn.turn_id, handle),
+            clock=self._clock,
+            memory=memory,
+        )
+        agent = generation.hooks.agent(context)
+        react = self._react_settings(context, agent.react if agent else {})
+        model_ref, provider = self._models(agent.model_role if agent else None)
+        recorder = TurnRecorder(handle, turn.turn_id, base_version=restored.version, sources=sources)
+        pruned = plan_pruning(
+            timeline,
+            now=now,
+            last_request_at=last_request_at,
+            cache_ttl_seconds=react.cache_ttl_seconds or None,
+            previously_pruned=_pruned_by_previous_turn(timeline),
+        )
+        head = self._head_blocks(turn, generation, model_ref, now, pruned)
+        timeline.contribute(*head)
+        await recorder.begin(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
+        await emit(
+            TurnEvent(
+                "turn.started",
+                {
+                    "turn_id": turn.turn_id,
+                    "bundle": generation.bundle_id,
+                    "generation": generation.number,
+                    "model": model_ref.model,
+                },
+            )
+        )
+        usage = Usage()
+        rounds = 0
+
+        async def finish(
+            outcome: TurnOutcome, decision: Decision | None, final: list[Block], error: dict[str, str] | None
+        ) -> TurnResult:
+            state.timeline.contribute(*final)
+            answer = decision.answer if decision else None
+            used = self._sources_used(answer or "", state.sources)
+            await recorder.commit(
+                state.timeline,
+                sources=state.sources,
+                state="completed" if outcome != "failed" else "failed",
+                ended_at=self._clock(),
+                final_round=final,
+                artifacts=(*state.workspace.artifact_writes(), *self._capped_results(state)),
+            )
+            if memory is not None:
+                ordinals = {turn_id: n for n, turn_id in enumerate(state.timeline.turn_ids(), start=1)}
+                await memory.index_blocks([*head, *final], turn_ordinals=ordinals)
+            result = TurnResult(
+                turn_id=turn.turn_id,
+                outcome=outcome,
+                answer=answer,
+                followups=decision.followups if decision else (),
+                sources_used=used,
+                usage=usage,
+                rounds=rounds,
+                generation=generation.number,
+                model=model_ref.model,
+                error=error,
+            )
+            try:
+                await generation.hooks.after_turn(context, turn, result)
+            except Exception:
+                log.exception("berth_after_turn of bundle %s failed", generation.bundle_id)
+            if outcome == "failed" and error is not None:
+                await emit(TurnEvent("turn.failed", dict(error)))
+            else:
+                await emit(
+                    TurnEvent(
+                        "turn.completed",
+                        {
+                            "turn_id": turn.turn_id,
+                            "answer": answer,
+                            "followups": list(result.followups),
+                            "sources_used": list(used),
+                            "usage": usage.model_dump(),
+                            "outcome": outcome,
+                        },
+                    )
+                )
+            return result
+
+        try:
+            await generation.hooks.before_turn(context, turn)
+        except Exception as exc:
+            error = {"code": "turn_vetoed", "message": f"the bundle refused this turn: {exc}"}
+            return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
+        toolbox = self._toolbox(
+            generation, context, bundle, agent.tools if agent else None, with_memory=memory is not None
+        )
+        if agent is None:
+            error = {
+                "code": "bundle_has_no_agent",
+                "message": f"bundle '{generation.bundle_id}' defines no agent (berth_agent)",
+            }
+            return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
+        system = system_message(
+            protocol=PROTOCOL_TEXT,
+            instructions=agent.instructions,
+            toolbox=toolbox,
+            skills=generation.skills,
+            bundle_title=generation.info.title or generation.bundle_id,
+        )
+        renderer = TimelineRenderer()
+
+        def estimate(candidate: Timeline) -> int:
+            """The size of the prompt ``candidate`` would render to (what compaction must shrink)."""
+            quiet = AnnounceState(
+                iteration=1, max_iterations=react.max_iterations, budget_tokens_left=0, now=self._clock()
+            )
+            rendered = TimelineRenderer().render(
+                candidate,
+                system=system,
+                sources=state.sources,
+                announce=quiet,
+                offset=react.cache_checkpoint_offset,
+                pruned_turns=state.pruned_turns,
+            )
+            return estimate_prompt_tokens(rendered)
+
+        max_actions = 4 if react.multi_action == "safe_fanout" else 1
+        decision: Decision | None = None
+        last_estimate = 0
+        compaction_failed = False
+        for iteration in range(1, react.max_iterations + 1):
+            rounds = iteration
+            pruned = plan_pruning(
+                state.timeline,
+                now=self._clock(),
+                last_request_at=last_request_at,
+                cache_ttl_seconds=react.cache_ttl_seconds or None,
+                previously_pruned=pruned,
+            )
+            state.pruned_turns = pruned
+
+            def render(
+                iteration: int = iteration, pruned: frozenset[str] = pruned, used: int = last_estimate
+            ) -> RenderedPrompt:
+                plans = state.plan_book()
+                announce = AnnounceState(
+                    iteration=iteration,
+                    max_iterations=react.max_iterations,
+                    budget_tokens_left=react.context_budget_tokens - used,
+                    now=self._clock(),
+                    user_timezone=turn.user_timezone,
+                    open_plans=plans.open_plans(),
+                    current_plan_id=current.plan_id if (current := plans.current) is not None else None,
+                    notices=tuple(state.notices),
+                    inactive_tools=tuple(
+                        f"{tool_id}: {reason}" for tool_id, reason in sorted(toolbox.inactive.items())
+                    ),
+                )
+                return renderer.render(
+                    state.timeline,
+                    system=system,
+                    sources=state.sources,
+                    announce=announce,
+                    offset=react.cache_checkpoint_offset,
+                    pruned_turns=pruned,
+                )
+
+            prompt = render()
+            last_estimate = estimate_prompt_tokens(prompt)
+            over_budget = last_estimate > react.compaction_threshold * react.context_budget_tokens
+            if over_budget and not compaction_failed:  # one failed compaction per turn is enough
+                compaction_failed = not await self._compact(state, react, emit, force=False, estimate=estimate)
+                prompt = render()
+                last_estimate = estimate_prompt_tokens(prompt)
+            state.visible_from = prompt.start
+            state.editable_from = editable_tail_start(
+                state.timeline, start=prompt.start, offset=react.cache_checkpoint_offset
+            )
+            state.notices.clear()
+            last_request_at = self._clock()
+            try:
+                try:
+                    result, completed = await self._call_model(provider, model_ref, prompt, state, emit)
+                except ModelContextOverflow:
+                    if not await self._compact(state, react, emit, force=True, estimate=estimate):
+                        raise
+                    result, completed = await self._call_model(provider, model_ref, render(), state, emit)
+            except ModelError as exc:
+                error = {"code": f"model_{exc.code}", "message": str(exc.message)}
+                return await finish("failed", decision, [self._status_block(state, "failed", error["message"])], error)
+            usage = usage.plus(completed.usage)
+            decision = interpret_response(result, max_actions=max_actions)
+            blocks, final = await self._execute(decision, state, toolbox, react, emit)
+            for plan_block in (b for b in blocks if b.type == BlockType.REACT_PLAN):
+                await emit(TurnEvent("plan", {"plan": plan_block.data}))
+            if final is not None:
+                outcome: TurnOutcome = "completed" if final == "complete" else "exited"
+                return await finish(outcome, decision, blocks, None)
+            state.timeline.contribute(*blocks)
+            await recorder.record_round(blocks, sources=state.sources)
+        notice = f"the turn used all {react.max_iterations} iterations without completing"
+        await emit(TurnEvent("notice", {"code": "iteration_limit", "message": notice}))
+        return await finish("iteration_limit", decision, [self._status_block(state, "iteration_limit", notice)], None)
+
+    # -- a round ---------------------------------------------------------------------------------
+
+    async def _call_model(
+        self, provider: ModelProvider, model_ref: ModelRef, prompt: RenderedPrompt, state: TurnState, emit: EventSink
+    ) -> tuple[Any, ModelCompleted]:
+        lookup = {
+            row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url)
+            for row in state.sources.citable_rows()
+        }
+
+        async def forward(event: StreamEvent) -> None:
+            if isinstance(event, ChannelDelta) and event.marker:
+                await emit(
+                    TurnEvent(
+                        "channel.delta",
+                        {
+                            "channel": event.channel,
+                            "instance": event.instance,
+                            "marker": event.marker,
+                            "text": event.text,
+                        },
+                    )
+                )
+            elif isinstance(event, ChannelClosed) and event.marker:
+                await emit(
+                    TurnEvent(
+                        "channel.done", {"channel": event.channel, "instance": event.instance, "marker": event.marker}
+                    )
+                )
+
+        stream = ChannelStream(DECISION_CHANNELS, sources=lookup, emit=forward)
+        completed: ModelCompleted | None = None
+        request = ModelRequest(prompt=prompt, metadata={"user_id": state.scope.user_id})
+        async for event in provider.stream(request):
+            if isinstance(event, TextDelta):
+                await stream.feed(event.text)
+            else:
+                completed = event
+        result = await stream.finish()
+        if completed is None:
+            completed = ModelCompleted(stop_reason="other", usage=Usage())
+        return result, completed
+
+    async def _execute(
+        self, decision: Decision, state: TurnState, toolbox: ToolBox, react: ReactConfig, emit: EventSink
+    ) -> tuple[list[Block], Literal["complete", "exit"] | None]:
+        """Carry out a decision; return the round's blocks and whether the turn ends."""
+        call_id = state.next_call_id()
+        now = self._clock()
+        blocks: list[Block] = []
+        turn_id = state.turn_id
+        if decision.thinking.strip():
+            blocks.append(
+                Block(
+                    type=BlockType.REACT_THINKING,
+                    path=str(RecordPath(turn_id, f"react.thinking.{call_id}")),
+                    turn_id=turn_id,
+                    ts=now,
+                    author="assistant",
+                    text=decision.thinking,
+                    call_id=call_id,
+                )
+            )
+        notices = list(decision.notices)
+        action = decision.action
+        if action is not None and action.notes.strip():
+            blocks.append(
+                Block(
+                    type=BlockType.REACT_NOTES,
+                    path=str(RecordPath(turn_id, f"react.notes.{call_id}")),
+                    turn_id=turn_id,
+                    ts=now,
+                    author="assistant",
+                    text=action.notes,
+                    call_id=call_id,
+                )
+            )
+            blocks.extend(
+                apply_step_markers(state.plan_book(), action.notes, turn_id=turn_id, now=now, call_id=call_id)
+            )
+        if action is not None and action.action == "complete":
+            if decision.answer is None or not decision.answer.strip():
+                notices.append(ProtocolNotice("answer_missing", "a complete action needs a <channel:answer>"))
+            else:
+                blocks.extend(self._final_blocks(decision, state, now))
+                return self._with_notices(blocks, notices, state, call_id, now), "complete"
+        elif action is not None and action.action == "exit":
+            reason = action.notes.strip() or "the agent stopped"
+            if decision.answer and decision.answer.strip():
+                blocks.extend(self._final_blocks(decision, state, now))
+            blocks.append(self._status_block(state, "exited", reason))
+            return self._with_notices(blocks, notices, state, call_id, now), "exit"
+        elif decision.answer and decision.answer.strip() and not decision.actions:
+            # an answer was streamed without a valid action: keep it rather than throw it away
+            blocks.extend(self._final_blocks(decision, state, now))
+            return self._with_notices(blocks, notices, state, call_id, now), "complete"
+        for index, call_action in enumerate(a for a in decision.actions if a.action == "call_tool"):
+            this_call = call_id if index == 0 else state.next_call_id()
+            blocks.extend(await self._call_tool(call_action, decision, this_call, state, toolbox, emit, notices))
+        blocks = self._with_notices(blocks, notices, state, call_id, now)
+        for notice in notices:
+            await emit(TurnEvent("notice", {"code": notice.code, "message": notice.message}))
+        return blocks, None
+
+    async def _call_tool(
+        self,
+        action: Action,
+        decision: Decision,
+        call_id: str,
+        state: TurnState,
+        toolbox: ToolBox,
+        emit: EventSink,
+        notices: list[ProtocolNotice],
+    ) -> list[Block]:
+        assert action.tool_call is not None
+        tool_id, params = action.tool_call.tool_id, action.tool_call.params
+        now = self._clock()
+        turn_id = state.turn_id
+        call_block = Block(
+            type=BlockType.REACT_TOOL_CALL,
+            path=str(ToolCallPath(turn_id, call_id, "call")),
+            turn_id=turn_id,
+            ts=now,
+            author="assistant",
+            mime="application/json",
+            data={"tool_id": tool_id, "params": params},
+            call_id=call_id,
+        )
+        blocks = [call_block]
+        if decision.code is not None:
+            blocks.append(
+                Block(
+                    type=BlockType.REACT_TOOL_CODE,
+                    path=str(ToolCallPath(turn_id, call_id, "code")),
+                    turn_id=turn_id,
+                    ts=now,
+                    author="assistant",
+                    mime="text/x-python",
+                    text=decision.code,
+                    call_id=call_id,
+                )
+            )
+        await emit(TurnEvent("tool.call", {"call_id": call_id, "tool_id": tool_id, "params": params}))
+        tool = toolbox.get(tool_id)
+
+        def notice_block(code: str, message: str) -> Block:
+            return Block(
+                type=BlockType.REACT_NOTICE,
+                path=str(ToolCallPath(turn_id, call_id, "notice")),
+                turn_id=turn_id,
+                ts=self._clock(),
+                author="runtime",
+                mime="application/json",
+                data={"code": code, "message": message, "tool_id": tool_id},
+                call_id=call_id,
+            )
+
+        async def failed(code: str, message: str) -> list[Block]:
+            await emit(TurnEvent("notice", {"code": code, "message": message, "call_id": call_id}))
+            await emit(
+                TurnEvent(
+                    "tool.result",
+                    {"call_id": call_id, "tool_id": tool_id, "ok": False, "summary": f"{code}: {message}", "paths": []},
+                )
+            )
+            return [*blocks, notice_block(code, message)]
+
+        if tool is None:
+            if tool_id in toolbox.inactive:
+                return await failed("tool_inactive", f"{tool_id} is inactive: {toolbox.inactive[tool_id]}")
+            known = ", ".join(sorted(toolbox.tools))
+            return await failed("unknown_tool", f"no tool {tool_id!r}; the catalog has: {known}")
+        try:
+            validated = tool.params_model.model_validate(params)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in exc.errors())
+            return await failed("tool_params_invalid", f"params of {tool_id} do not match its schema: {problems}")
+        state.current_call_id = call_id
+        state.pending_blocks.clear()
+        try:
+            run = tool.run(validated, state)
+            value = await (asyncio.wait_for(run, tool.timeout_s) if tool.timeout_s else run)
+        except ToolNotice as notice:
+            return await failed(notice.code, notice.message)
+        except TimeoutError:
+            return await failed("tool_timeout", f"{tool_id} did not finish within {tool.timeout_s:g} s")
+        except Exception as exc:
+            log.warning("tool %s failed", tool_id, exc_info=True)
+            return await failed("tool_failed", f"{tool_id} raised {type(exc).__name__}: {exc}")
+        output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
+        sids: tuple[int, ...] = ()
+        if output.sources:
+            merge = state.sources.merge(
+                Source(
+                    url=s.url,
+                    title=s.title,
+                    text=s.text,
+                    mime=s.mime,
+                    source_type=s.source_type,
+                    published_at=s.published_at,
+                    fetched_at=now,
+                )
+                for s in output.sources
+            )
+            state.sources, sids = merge.pool, merge.sids
+            await emit(
+                TurnEvent(
+                    "citation.sources",
+                    {
+                        "sids": list(sids),
+                        "sources": [
+                            {"sid": sid, "url": row.url, "title": row.title}
+                            for sid in sids
+                            if (row := state.sources.get(sid))
+                        ],
+                    },
+                )
+            )
+        text = (
+            output.value if isinstance(output.value, str) else json.dumps(output.value, ensure_ascii=False, default=str)
+        )
+        result_path = str(ToolCallPath(turn_id, call_id, "result"))
+        shown = text
+        if len(text) > self._preview_chars:
+            state.full_results[result_path] = text
+            shown = (
+                f"{text[: self._preview_chars]}\n… [{len(text)} characters in all; read the rest with "
+                f"react.read(paths=['{result_path}'], lines='1-200')]"
+            )
+        if sids:
+            shown += "\nsources: " + ", ".join(f"[[S:{sid}]]" for sid in sids)
+        ok = not output.is_error
+        blocks.append(
+            Block(
+                type=BlockType.REACT_TOOL_RESULT,
+                path=result_path,
+                turn_id=turn_id,
+                ts=self._clock(),
+                author="tool",
+                text=shown,
+                call_id=call_id,
+                meta={"tool_id": tool_id, "ok": ok, "size": len(text), "sids": list(sids)},
+            )
+        )
+        blocks.extend(state.pending_blocks)
+        state.pending_blocks.clear()
+        await emit(
+            TurnEvent(
+                "tool.result",
+                {
+                    "call_id": call_id,
+                    "tool_id": tool_id,
+                    "ok": ok,
+                    "summary": output.summary or text[:200],
+                    "paths": [result_path],
+                },
+            )
+        )
+        if output.is_error:
+            notices.append(ProtocolNotice("tool_failed", f"{tool_id} reported an error; see {result_path}"))
+        return blocks
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _with_notices(
+        self, blocks: list[Block], notices: list[ProtocolNotice], state: TurnState, call_id: str, now: datetime
+    ) -> list[Block]:
+        for n, notice in enumerate(notices, start=1):
+            blocks.append(
+                Block(
+                    type=BlockType.REACT_NOTICE,
+                    path=str(RecordPath(state.turn_id, f"react.notice.{call_id}-{n}")),
+                    turn_id=state.turn_id,
+                    ts=now,
+                    author="runtime",
+                    mime="application/json",
+                    data={"code": notice.code, "message": notice.message},
+                    call_id=call_id,
+                )
+            )
+        return blocks
+
+    def _final_blocks(self, decision: Decision, state: TurnState, now: datetime) -> list[Block]:
+        blocks = [
+            Block(
+                type=BlockType.ASSISTANT_COMPLETION,
+                path=str(RecordPath(state.turn_id, "assistant.completion")),
+                turn_id=state.turn_id,
+                ts=now,
+                author="assistant",
+                mime="text/markdown",
+                text=decision.answer,
+            )
+        ]
+        if decision.followups:
+            blocks.append(
+                Block(
+                    type=BlockType.ASSISTANT_FOLLOWUPS,
+                    path=str(RecordPath(state.turn_id, "assistant.followups")),
+                    turn_id=state.turn_id,
+                    ts=now,
+                    author="assistant",
+                    mime="application/json",
+                    data={"followups": list(decision.followups)},
+                )
+            )
+        return blocks
+
+    def _status_block(self, state: TurnState, status: str, message: str) -> Block:
+        return Block(
+            type=BlockType.TURN_STATUS,
+            path=str(RecordPath(state.turn_id, "turn.status")),
+            turn_id=state.turn_id,
+            ts=self._clock(),
+            author="runtime",
+            text=message,
+            meta={"state": status},
+        )
+
+    def _head_blocks(
+        self, turn: TurnInput, generation: BundleGeneration, model_ref: ModelRef, now: datetime, pruned: frozenset[str]
+    ) -> list[Block]:
+        header = Block(
+            type=BlockType.TURN_HEADER,
+            path=str(RecordPath(turn.turn_id, "turn.header")),
+            turn_id=turn.turn_id,
+            ts=now,
+            author="runtime",
+            mime="application/json",
+            data={
+                "bundle": generation.bundle_id,
+                "generation": generation.number,
+                "model": model_ref.model,
+                "pruned": sorted(pruned),
+            },
+        )
+        prompt = Block(
+            type=BlockType.USER_PROMPT,
+            path=str(RecordPath(turn.turn_id, "user.prompt")),
+            turn_id=turn.turn_id,
+            ts=now,
+            author="user",
+            text=turn.message,
+        )
+        blocks = [header, prompt]
+        for name, mime, data in turn.attachments:
+            text = (
+                data.decode("utf-8", errors="replace") if mime.startswith("text/") else f"({mime}, {len(data)} bytes)"
+            )
+            blocks.append(
+                Block(
+                    type=BlockType.USER_ATTACHMENT,
+                    path=f"fi:{turn.turn_id}.attachments/{name}",
+                    turn_id=turn.turn_id,
+                    ts=now,
+                    author="user",
+                    mime=mime,
+                    text=text,
+                    meta={"name": name, "size": len(data)},
+                )
+            )
+        return blocks
+
+    def _react_settings(self, context: BundleContext, overrides: Mapping[str, Any]) -> ReactConfig:
+        merged = {**context.settings.react.model_dump(), **dict(overrides)}
+        return ReactConfig.model_validate(merged)
+
+    def _toolbox(
+        self,
+        generation: BundleGeneration,
+        context: BundleContext,
+        bundle: BundleView,
+        allowed: Sequence[str] | None,
+        *,
+        with_memory: bool,
+    ) -> ToolBox:
+        toolbox = ToolBox()
+        catalog = build_catalog(generation.bundle_id, merge_tool_contributions(generation.hooks.tools(context)))
+        for entry in catalog:
+            if entry.spec is not None:
+                toolbox.add(function_tool(entry.tool_id, entry.spec))
+            elif entry.pack is not None:
+                factory = self._tool_packs.get(entry.pack.id)
+                if factory is None:
+                    toolbox.inactive[f"{entry.pack.id}.*"] = "tool pack not installed on this host"
+                    continue
+                pack = factory(
+                    PackContext(
+                        pack_id=entry.pack.id,
+                        options=entry.pack.options,
+                        bundle_id=generation.bundle_id,
+                        tenant=context.tenant,
+                        project=context.project,
+                        settings=context.settings,
+                        secret=context.secret,
+                    )
+                )
+                for spec in pack.tools:
+                    toolbox.add(function_tool(f"{entry.pack.id}.{spec.name}", spec))
+                toolbox.inactive.update(pack.inactive)
+            elif entry.server is not None:
+                toolbox.inactive[f"mcp.{entry.server.alias}.*"] = "MCP servers are not connected on this host yet"
+        for tool in react_tools(bundle, with_memory=with_memory):
+            toolbox.add(tool)
+        toolbox.restrict(allowed)
+        return toolbox
+
+    async def _compact(
+        self,
+        state: TurnState,
+        react: ReactConfig,
+        emit: EventSink,
+        *,
+        force: bool,
+        estimate: Callable[[Timeline], int],
+    ) -> bool:
+        _, provider = self._models("summarizer")
+
+        async def summarize(request: SummaryRequest) -> str:
+            instructions = (
+                f"Summarize these conversation turns in at most {request.max_tokens} tokens. Keep facts, "
+                "decisions, open questions and the logical paths of files and results."
+            )
+            if request.previous_summary:
+                instructions += f"\nFold in this earlier summary:\n{request.previous_summary}"
+            prompt = RenderedPrompt(
+                messages=(
+                    PromptMessage(role="system", parts=(PromptPart(section="system", text=instructions),)),
+                    PromptMessage(role="user", parts=(PromptPart(section="current_turn", text=request.transcript),)),
+                ),
+                checkpoints=(),
+                start=0,
+            )
+            pieces = [
+                event.text
+                async for event in provider.stream(ModelRequest(prompt=prompt, max_output_tokens=request.max_tokens))
+                if isinstance(event, TextDelta)
+            ]
+            return "".join(pieces)
+
+        outcome = await compact_timeline(
+            state.timeline,
+            summarizer=summarize,
+            context_budget_tokens=react.context_budget_tokens,
+            now=self._clock(),
+            threshold=react.compaction_threshold,
+            force=force,
+            estimate=estimate,
+        )
+        if outcome.status in ("not_needed", "nothing_to_compact"):
+            return False  # nothing happened: only the current turn is over the budget
+        await emit(
+            TurnEvent(
+                "compaction",
+                {
+                    "status": outcome.status,
+                    "message": outcome.message,
+                    "covered_turn_ids": list(outcome.covered_turn_ids),
+                },
+            )
+        )
+        if not outcome.applied:
+            state.notices.append(outcome.message)
+        return outcome.applied
+
+    @staticmethod
+    def _sources_used(answer: str, sources: SourcesPool) -> tuple[dict[str, Any], ...]:
+        from berth.streaming import cited_sids
+
+        rows = [sources.get(sid) for sid in cited_sids(answer)]
+        return tuple({"sid": row.sid, "url": row.url, "title": row.title} for row in rows if row is not None)
+
+    @staticmethod
+    def _capped_results(state: TurnState) -> tuple[ArtifactWrite, ...]:
+        return tuple(
+            ArtifactWrite(f"{state.turn_id}/results/{path.split('.', 1)[1]}.txt", text.encode("utf-8"))
+            for path, text in sorted(state.full_results.items())
+        )
+
+
+__all__ = ["RuntimeTool", "TurnInput", "TurnResult", "TurnRunner"]
+
+
+def _pruned_by_previous_turn(timeline: Any) -> frozenset[str]:
+    """The turns the previous turn rendered as cards (recorded in its header), so a warm cache keeps them."""
+    for block in reversed(timeline.blocks):
+        if block.type == BlockType.TURN_HEADER and isinstance(block.data, dict):
+            pruned = block.data.get("pruned")
+            return frozenset(str(t) for t in pruned) if isinstance(pruned, list) else frozenset()
+    return frozenset()

@@ -1,0 +1,125 @@
+"""The tools of one turn: bundle functions, tool packs, MCP tools and ``react.*``, behind one interface.
+
+Every tool is a :class:`RuntimeTool` with an id, a description, a params model (its JSON Schema is
+what the catalog shows) and an async ``run(params, state)``. The catalog text in the system message is
+sorted by id and stable, so it never breaks the prompt cache by itself.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from berth.bundle.skills import Skill
+from berth.runtime.turn import TurnState
+from berth.tools.spec import ToolSpec
+
+ToolRunner = Callable[[BaseModel, TurnState], Awaitable[Any]]
+
+
+class ToolNotice(Exception):  # noqa: N818 - a notice the model sees, not an error of the host
+    """A tool failure the model should see as a ``react.notice`` with a stable code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+@dataclass(frozen=True)
+class RuntimeTool:
+    """One callable tool of the turn."""
+
+    tool_id: str
+    description: str
+    params_model: type[BaseModel]
+    run: ToolRunner = field(repr=False)
+    read_only: bool = False
+    timeout_s: float | None = None
+    input_schema_override: dict[str, Any] | None = None
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The params' JSON Schema."""
+        if self.input_schema_override is not None:
+            return self.input_schema_override
+        schema = self.params_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+
+def function_tool(tool_id: str, spec: ToolSpec) -> RuntimeTool:
+    """Wrap a ``@tool`` function (bundle or tool pack) as a runtime tool."""
+
+    async def run(params: BaseModel, state: TurnState) -> Any:
+        arguments = {name: getattr(params, name) for name in spec.params_model.model_fields}
+        return await spec.invoke(arguments)
+
+    return RuntimeTool(
+        tool_id=tool_id,
+        description=spec.description,
+        params_model=spec.params_model,
+        run=run,
+        read_only=spec.read_only,
+        timeout_s=spec.timeout_s,
+    )
+
+
+@dataclass
+class ToolBox:
+    """The tools a turn may call, those listed as inactive (id → reason), and the allow-list applied."""
+
+    tools: dict[str, RuntimeTool] = field(default_factory=dict)
+    inactive: dict[str, str] = field(default_factory=dict)
+
+    def add(self, tool: RuntimeTool) -> None:
+        """Add ``tool``; a second tool with the same id is refused."""
+        if tool.tool_id in self.tools:
+            raise ValueError(f"tool id '{tool.tool_id}' is contributed twice")
+        self.tools[tool.tool_id] = tool
+
+    def restrict(self, patterns: Sequence[str] | None) -> None:
+        """Keep only the tools matching ``patterns`` (``docs.*``, ``react.read``); None keeps all."""
+        if patterns is None:
+            return
+        self.tools = {k: v for k, v in self.tools.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+
+    def get(self, tool_id: str) -> RuntimeTool | None:
+        """The tool with ``tool_id``, if offered."""
+        return self.tools.get(tool_id)
+
+    def catalog_text(self) -> str:
+        """The catalog for the system message: id, purpose, params schema, constraints; sorted, stable."""
+        sections = []
+        for tool_id in sorted(self.tools):
+            tool = self.tools[tool_id]
+            schema = json.dumps(tool.input_schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            flags = " (read-only)" if tool.read_only else ""
+            timeout = f" (times out after {tool.timeout_s:g} s)" if tool.timeout_s else ""
+            sections.append(f"## {tool_id}{flags}{timeout}\n{tool.description.strip()}\nparams: {schema}")
+        return "\n\n".join(sections)
+
+
+def skill_gallery(skills: Iterable[Skill]) -> str:
+    """One line per skill: ``sk:<id>`` and its description (sorted)."""
+    return "\n".join(f"- sk:{skill.id} — {skill.description}" for skill in sorted(skills, key=lambda s: s.id))
+
+
+def system_message(
+    *, protocol: str, instructions: str, toolbox: ToolBox, skills: Mapping[str, Skill], bundle_title: str
+) -> str:
+    """The stable system message: protocol, the bundle's instructions, the tool catalog, the skill gallery."""
+    parts = [protocol.strip(), f"# Your role ({bundle_title})\n{instructions.strip() or 'Help the user.'}"]
+    parts.append(
+        f"# Tools\nCall one with a call_tool action; params must match the schema.\n\n{toolbox.catalog_text()}"
+    )
+    if skills:
+        parts.append(
+            f"# Skills\nLoad one with react.read(['sk:<id>']) before you follow it.\n{skill_gallery(skills.values())}"
+        )
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,152 @@
+"""``react.read``: show content by logical path — blocks, files, sources, skills, knowledge.
+
+Reads what is hidden, pruned or capped in full; for a block already visible in full it answers with a
+short note instead of repeating it (dedup). ``lines`` selects a 1-based inclusive range of the text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from berth.runtime.paths import (
+    FilePath,
+    KnowledgePath,
+    LogicalPathError,
+    PlanAliasPath,
+    SkillPath,
+    SourcesPath,
+    parse_path,
+)
+from berth.runtime.render import render_block
+from berth.runtime.sources import Source
+from berth.runtime.toolbox import RuntimeTool, ToolNotice
+from berth.runtime.turn import TurnState
+from berth.runtime.workspace import WorkspaceError
+from berth.tools.results import SourceCandidate, ToolOutput
+
+MAX_READ_CHARS = 60_000
+
+
+class ReadParams(BaseModel):
+    """Params of ``react.read``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] = Field(min_length=1, max_length=20, description="logical paths (tc:, ar:, fi:, so:, sk:, ks:, …)")
+    lines: str | None = Field(None, pattern=r"^\d+-\d+$", description="1-based inclusive line range, e.g. 10-40")
+
+
+def _slice(text: str, lines: str | None) -> str:
+    if lines is None:
+        return text
+    first, last = (int(part) for part in lines.split("-"))
+    selected = text.splitlines()[max(first - 1, 0) : last]
+    return "\n".join(f"{number}: {line}" for number, line in enumerate(selected, start=max(first, 1)))
+
+
+async def _read_one(path: str, state: TurnState, lines: str | None, sources: list[SourceCandidate]) -> str:
+    try:
+        parsed = parse_path(path, conversation_id=state.scope.conversation_id)
+    except LogicalPathError as error:
+        raise ToolNotice(error.code, str(error)) from None
+    if isinstance(parsed, FilePath):
+        try:
+            if parsed.turn_id == state.turn_id:
+                data = state.workspace.read(parsed.area, parsed.rel)  # type: ignore[arg-type]
+            else:
+                data = await state.workspace.read_committed(parsed.turn_id, parsed.area, parsed.rel)
+        except WorkspaceError as error:
+            raise ToolNotice("read_paths_missing", str(error)) from None
+        return _slice(data.decode("utf-8", errors="replace"), lines)
+    if isinstance(parsed, SourcesPath):
+        rows = state.sources.select(parsed)
+        if not rows:
+            raise ToolNotice("read_paths_missing", f"{path}: no such sources")
+        return "\n\n".join(f"[S:{row.sid}] {row.title or row.url}\n{row.url}\n{row.text}" for row in rows)
+    if isinstance(parsed, SkillPath):
+        skill = state.bundle.skills.get(parsed.skill_id)
+        if skill is None:
+            known = ", ".join(sorted(state.bundle.skills)) or "none"
+            raise ToolNotice("read_paths_missing", f"{path}: no skill '{parsed.skill_id}' (skills: {known})")
+        for row in skill.sources:
+            if isinstance(row, dict) and row.get("url"):
+                sources.append(
+                    SourceCandidate(url=str(row["url"]), title=str(row.get("title", "")), source_type="manual")
+                )
+        if parsed.file:
+            target = (skill.folder / parsed.file).resolve()
+            if not target.is_relative_to(skill.folder.resolve()) or not target.is_file():
+                raise ToolNotice("read_paths_missing", f"{path}: no such file in the skill")
+            return _slice(target.read_text(encoding="utf-8"), lines)
+        return _slice(f"# Skill {skill.id}\n{skill.description}\n\n{skill.instructions}", lines)
+    if isinstance(parsed, KnowledgePath):
+        if state.bundle.knowledge is None or parsed.space not in state.bundle.knowledge_spaces:
+            raise ToolNotice("read_paths_missing", f"{path}: no knowledge space '{parsed.space}'")
+        for document in state.bundle.knowledge(parsed.space):
+            if document.path == parsed.rel:
+                return _slice(document.text, lines)
+        raise ToolNotice("read_paths_missing", f"{path}: no such document")
+    if isinstance(parsed, PlanAliasPath):
+        block = state.plan_book().resolve(parsed)
+        if block is None:
+            raise ToolNotice("read_paths_missing", f"{path}: no such plan")
+        return render_block(block)
+    full = state.full_results.get(path)
+    if full is not None:
+        return _slice(full, lines)
+    indices = state.timeline.indices_of(path)
+    if not indices:
+        raise ToolNotice("read_paths_missing", f"{path}: nothing on the timeline has this path")
+    blocks = [state.timeline.blocks[i] for i in indices]
+    fully_visible = (
+        all(not block.hidden and block.turn_id not in state.pruned_turns for block in blocks)
+        and min(indices) >= state.visible_from
+    )
+    if lines is None and fully_visible:
+        return f"{path} is already shown in full above; not repeated"
+    return _slice(
+        "\n\n".join(render_block(block.model_copy(update={"hidden": False, "replacement": None})) for block in blocks),
+        lines,
+    )
+
+
+async def run_read(params: BaseModel, state: TurnState) -> Any:
+    """Read every path; missing ones are reported together, the rest are still shown."""
+    assert isinstance(params, ReadParams)
+    sections: list[str] = []
+    missing: list[str] = []
+    sources: list[SourceCandidate] = []
+    for path in params.paths:
+        try:
+            text = await _read_one(path, state, params.lines, sources)
+        except ToolNotice as notice:
+            if notice.code != "read_paths_missing" or len(params.paths) == 1:
+                raise
+            missing.append(notice.message)
+            continue
+        sections.append(f"=== {path}\n{text[:MAX_READ_CHARS]}")
+    if missing and not sections:
+        raise ToolNotice("read_paths_missing", "; ".join(missing))
+    if missing:
+        sections.append("missing: " + "; ".join(missing))
+    return ToolOutput(value="\n\n".join(sections), sources=sources)
+
+
+def read_tool() -> RuntimeTool:
+    """``react.read``."""
+    return RuntimeTool(
+        tool_id="react.read",
+        description=(
+            "Show content by logical path: tool results (tc:), records (ar:), files (fi:), sources (so:), "
+            "skills (sk:, also adds their sources to the pool), knowledge (ks:). Re-opens hidden, pruned and "
+            "capped content; `lines` selects a range."
+        ),
+        params_model=ReadParams,
+        run=run_read,
+        read_only=True,
+    )
+
+
+__all__ = ["ReadParams", "Source", "read_tool"]

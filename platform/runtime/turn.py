@@ -1,0 +1,68 @@
+"""The state of one running turn that the loop and the ``react.*`` tools share."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from berth.bundle.knowledge import KnowledgeDocument
+from berth.bundle.skills import Skill
+from berth.runtime.blocks import Block
+from berth.runtime.memory import MemorySearch
+from berth.runtime.plan import PlanBook
+from berth.runtime.sources import SourcesPool
+from berth.runtime.timeline import Timeline
+from berth.runtime.workspace import Workspace
+from berth.storage.scope import ConversationScope
+
+
+@dataclass(frozen=True)
+class BundleView:
+    """What the turn needs from the bundle's generation: skills and knowledge spaces."""
+
+    bundle_id: str
+    skills: Mapping[str, Skill] = field(default_factory=dict)
+    knowledge: Callable[[str], list[KnowledgeDocument]] | None = None
+    knowledge_spaces: tuple[str, ...] = ()
+
+
+@dataclass
+class TurnState:
+    """Mutable state of the running turn (only the loop's task touches it)."""
+
+    scope: ConversationScope
+    turn_id: str
+    bundle: BundleView
+    timeline: Timeline
+    sources: SourcesPool
+    workspace: Workspace
+    clock: Callable[[], datetime]
+    memory: MemorySearch | None = None
+    full_results: dict[str, str] = field(default_factory=dict)
+    pulled: dict[str, bytes] = field(default_factory=dict)
+    editable_from: int = 0
+    visible_from: int = 0
+    pruned_turns: frozenset[str] = frozenset()
+    notices: list[str] = field(default_factory=list)
+    current_call_id: str | None = None
+    pending_blocks: list[Block] = field(default_factory=list)
+    _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _plan_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def now(self) -> datetime:
+        """The current UTC time (injectable for tests)."""
+        return self.clock()
+
+    def next_call_id(self) -> str:
+        """A call id unique within the turn (``c1``, ``c2``, …)."""
+        return f"c{next(self._call_numbers)}"
+
+    def next_plan_id(self) -> str:
+        """A plan id unique within the conversation (turn id + counter)."""
+        return f"{self.turn_id.removeprefix('turn_')}p{next(self._plan_numbers)}"
+
+    def plan_book(self) -> PlanBook:
+        """The plans as the timeline records them now."""
+        return PlanBook.from_blocks(self.timeline.blocks)

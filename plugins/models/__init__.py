@@ -1,0 +1,1 @@
+"""Built-in model providers, each a platform plugin: ``anthropic``, ``openai-compatible`` and ``scripted``."""

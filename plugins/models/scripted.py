@@ -1,0 +1,222 @@
+"""The ``scripted`` model provider: replays a script of responses, for tests, demos and benchmarks.
+
+A script is YAML or JSON: a list of entries, or ``{chunk_size: N, responses: [...]}``. An entry is a
+response text, or a mapping::
+
+    - "<channel:action>{\"action\": \"complete\"}</channel:action>"      # just the text
+    - text: "Hello"
+      usage: {input_tokens: 1200, output_tokens: 3, cache_read_input_tokens: 1000}
+      stop_reason: end_turn                                              # the default
+    - error: {code: rate_limited, message: "try later"}                 # raised instead of answering
+
+Each call consumes the next entry and streams its text in chunks of ``chunk_size`` characters (small by
+default, to exercise the streaming path). Every request is recorded in :attr:`ScriptedProvider.requests`.
+When the script runs out the call fails with ``script_exhausted``: a scripted model never invents an answer.
+Usage not given in the script is estimated at four characters a token.
+
+Configured in ``assembly.yaml`` as ``{provider: scripted, model: path/to/script.yaml}``; a relative path
+is resolved against the working directory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, TypeAlias
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from berth.config.models.assembly import ModelRef
+from berth.hooks import hookimpl
+from berth.models.errors import (
+    ModelContextOverflow,
+    ModelError,
+    ModelProviderError,
+    ModelRateLimited,
+    ModelUnavailable,
+    ProviderErrorCode,
+)
+from berth.models.protocol import (
+    ModelCompleted,
+    ModelEvent,
+    ModelProviderFactory,
+    ModelRequest,
+    SecretLookup,
+    StopReason,
+    TextDelta,
+    Usage,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "PROVIDER_NAME",
+    "ScriptEntry",
+    "ScriptedError",
+    "ScriptedProvider",
+    "create_scripted_provider",
+    "estimate_tokens",
+    "load_script",
+]
+
+PROVIDER_NAME: Final = "scripted"
+DEFAULT_CHUNK_SIZE: Final = 7
+"""Characters per streamed chunk; odd and small, so tags and tokens get split across chunks."""
+
+ScriptedErrorCode: TypeAlias = Literal["rate_limited", "context_overflow", "model_unavailable"] | ProviderErrorCode
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate a token count at four characters a token (at least one for non-empty text)."""
+    return (len(text) + 3) // 4
+
+
+class ScriptedError(BaseModel):
+    """A scripted failure: the normalized error with this ``code`` is raised instead of a response."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: ScriptedErrorCode
+    message: str = "scripted failure"
+
+    def to_error(self) -> ModelError:
+        """Build the normalized error."""
+        if self.code == "rate_limited":
+            return ModelRateLimited(self.message, attempts=1)
+        if self.code == "context_overflow":
+            return ModelContextOverflow(self.message)
+        if self.code == "model_unavailable":
+            return ModelUnavailable(self.message, attempts=1)
+        return ModelProviderError(self.code, self.message)
+
+
+class ScriptEntry(BaseModel):
+    """One scripted response: a text (with optional usage and stop reason) or an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str | None = None
+    usage: Usage | None = None
+    stop_reason: StopReason = "end_turn"
+    error: ScriptedError | None = None
+
+    @model_validator(mode="after")
+    def _text_or_error(self) -> ScriptEntry:
+        if (self.text is None) == (self.error is None):
+            raise ValueError("a script entry needs exactly one of 'text' and 'error'")
+        return self
+
+
+class _ScriptFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    chunk_size: int = Field(DEFAULT_CHUNK_SIZE, ge=1)
+    responses: list[str | ScriptEntry]
+
+
+_SCRIPT: Final = TypeAdapter(list[str | ScriptEntry] | _ScriptFile)
+
+
+def _entries(items: Iterable[str | ScriptEntry]) -> list[ScriptEntry]:
+    return [ScriptEntry(text=item) if isinstance(item, str) else item for item in items]
+
+
+def load_script(path: Path) -> tuple[list[ScriptEntry], int]:
+    """Read a YAML or JSON script; return its entries and chunk size.
+
+    :raises ModelProviderError: ``script_invalid``, naming the file and what is wrong.
+    """
+    try:
+        raw = path.read_text(encoding="utf-8")
+        data = json.loads(raw) if path.suffix == ".json" else yaml.safe_load(raw)
+        parsed = _SCRIPT.validate_python(data)
+    except OSError as exc:
+        raise ModelProviderError("script_invalid", f"script {path} cannot be read: {exc.strerror}") from None
+    except (ValueError, yaml.YAMLError) as exc:
+        detail = (
+            "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5])
+            if isinstance(exc, ValidationError)
+            else str(exc)
+        )
+        raise ModelProviderError("script_invalid", f"script {path} is not a valid script: {detail}") from None
+    if isinstance(parsed, _ScriptFile):
+        return _entries(parsed.responses), parsed.chunk_size
+    return _entries(parsed), DEFAULT_CHUNK_SIZE
+
+
+class ScriptedProvider:
+    """A :class:`~berth.models.protocol.ModelProvider` that answers from a script, in order.
+
+    :param responses: texts or :class:`ScriptEntry` values, consumed one per call.
+    :param chunk_size: characters per :class:`~berth.models.protocol.TextDelta`.
+    :param name: shown in errors and ``repr`` (the script's file name when loaded from one).
+    """
+
+    def __init__(
+        self, responses: Sequence[str | ScriptEntry], *, chunk_size: int = DEFAULT_CHUNK_SIZE, name: str = "script"
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
+        self._entries = _entries(responses)
+        self._chunk_size = chunk_size
+        self._name = name
+        self._next = 0
+        self.requests: list[ModelRequest] = []
+        """Every request received, in order (including those answered with a scripted error)."""
+
+    @classmethod
+    def from_file(cls, path: Path) -> ScriptedProvider:
+        """Load a YAML or JSON script (see :func:`load_script`)."""
+        entries, chunk_size = load_script(path)
+        return cls(entries, chunk_size=chunk_size, name=str(path))
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted responses are left."""
+        return len(self._entries) - self._next
+
+    def extend(self, responses: Iterable[str | ScriptEntry | Mapping[str, Any]]) -> None:
+        """Append more responses to the script (mappings are validated as :class:`ScriptEntry`)."""
+        self._entries.extend(
+            ScriptEntry.model_validate(item) if isinstance(item, Mapping) else _entries([item])[0] for item in responses
+        )
+
+    def __repr__(self) -> str:
+        return f"ScriptedProvider(name={self._name!r}, remaining={self.remaining})"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Replay the next scripted response (see :meth:`berth.models.protocol.ModelProvider.stream`)."""
+        self.requests.append(request)
+        if self._next >= len(self._entries):
+            raise ModelProviderError(
+                "script_exhausted",
+                f"{self._name} has no response left for call {len(self.requests)} "
+                f"({len(self._entries)} scripted); add responses to the script",
+            )
+        entry = self._entries[self._next]
+        self._next += 1
+        if entry.error is not None:
+            raise entry.error.to_error()
+        text = entry.text or ""
+        for start in range(0, len(text), self._chunk_size):
+            yield TextDelta(text=text[start : start + self._chunk_size])
+        usage = entry.usage or Usage(
+            input_tokens=sum(estimate_tokens(part.text) for part in request.prompt.parts()),
+            output_tokens=estimate_tokens(text),
+        )
+        yield ModelCompleted(stop_reason=entry.stop_reason, usage=usage)
+
+    async def aclose(self) -> None:
+        """Nothing to release; present for the protocol's lifecycle."""
+
+
+def create_scripted_provider(model_ref: ModelRef, secrets: SecretLookup) -> ScriptedProvider:
+    """Build the provider for ``model_ref``: ``model`` is the path of the script file."""
+    return ScriptedProvider.from_file(Path(model_ref.model))
+
+
+@hookimpl
+def berth_model_providers() -> dict[str, ModelProviderFactory]:
+    """Contribute the ``scripted`` provider."""
+    return {PROVIDER_NAME: create_scripted_provider}

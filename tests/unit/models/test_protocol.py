@@ -1,0 +1,60 @@
+"""The seam's types, the api-key lookup, and the three providers registered as platform plugins."""
+
+from __future__ import annotations
+
+import pytest
+from conversations import Conversation
+
+from berth.config.models.assembly import ModelRef
+from berth.config.models.common import SecretSetting
+from berth.config.secrets import Secret
+from berth.host.plugins import PlatformPlugins
+from berth.models import DEFAULT_MAX_OUTPUT_TOKENS, ModelRequest, Usage, resolve_api_key
+from berth.plugins.models import anthropic, openai_compatible, scripted
+
+
+def test_usage_adds_up_and_counts_every_input_token() -> None:
+    first = Usage(input_tokens=10, output_tokens=5, cache_read_input_tokens=100, cache_creation_input_tokens=20)
+    total = first.plus(Usage(input_tokens=1, output_tokens=1, cache_read_input_tokens=130))
+    assert total == Usage(input_tokens=11, output_tokens=6, cache_read_input_tokens=230, cache_creation_input_tokens=20)
+    assert first.total_input_tokens == 130
+
+
+def test_the_output_limit_falls_back_from_request_to_model_to_default(conversation: Conversation) -> None:
+    prompt = conversation.turn("turn_1").render()
+    ref = ModelRef(model="m", max_output_tokens=2048)
+    assert ModelRequest(prompt=prompt, max_output_tokens=100).output_limit(ref) == 100
+    assert ModelRequest(prompt=prompt).output_limit(ref) == 2048
+    assert ModelRequest(prompt=prompt).output_limit(ModelRef(model="m")) == DEFAULT_MAX_OUTPUT_TOKENS
+
+
+def test_the_api_key_is_the_models_setting_else_the_providers_default_secret() -> None:
+    asked: list[SecretSetting | str] = []
+
+    def secrets(name: SecretSetting | str) -> Secret:
+        asked.append(name)
+        return Secret(str(name), "value-1234")
+
+    resolve_api_key(ModelRef(model="m"), secrets, "anthropic_api_key")
+    resolve_api_key(ModelRef(model="m", api_key="secret:team_key"), secrets, "anthropic_api_key")  # type: ignore[arg-type]
+    assert asked == ["anthropic_api_key", SecretSetting("secret:team_key")]
+
+
+def test_the_three_providers_register_through_the_plugin_hook() -> None:
+    plugins = PlatformPlugins()
+    for module, name in [(anthropic, "anthropic"), (openai_compatible, "openai-compatible"), (scripted, "scripted")]:
+        plugins.register(module, name=name, package="berth-platform")
+    providers = plugins.model_providers()
+    assert sorted(providers) == ["anthropic", "openai-compatible", "scripted"]
+    assert providers["anthropic"] is anthropic.create_anthropic_provider
+
+
+def test_a_request_is_a_frozen_record(conversation: Conversation) -> None:
+    request = ModelRequest(prompt=conversation.turn("turn_1").render(), stop_sequences=("</channel:action>",))
+    with pytest.raises(ValueError, match="frozen"):
+        request.max_output_tokens = 5  # type: ignore[misc]
+
+
+def test_deprecated_anthropic_models_are_named_with_their_end_of_life() -> None:
+    assert anthropic.model_deprecation("claude-3-opus-20240229") is not None
+    assert anthropic.model_deprecation("claude-sonnet-5-5") is None

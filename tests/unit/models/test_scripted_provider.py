@@ -1,0 +1,143 @@
+"""The scripted provider: replays its script in small chunks, records requests, never invents an answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conversations import Conversation
+
+from berth.config.models.assembly import ModelRef
+from berth.models import (
+    ModelCompleted,
+    ModelContextOverflow,
+    ModelProvider,
+    ModelProviderError,
+    ModelRateLimited,
+    ModelRequest,
+    TextDelta,
+    Usage,
+)
+from berth.plugins.models import scripted
+from berth.plugins.models.scripted import ScriptedProvider, create_scripted_provider
+
+
+@pytest.fixture
+def request_(conversation: Conversation) -> ModelRequest:
+    return ModelRequest(prompt=conversation.turn("turn_1").render())
+
+
+async def test_a_response_streams_in_chunks_of_the_configured_size(request_: ModelRequest) -> None:
+    provider = ScriptedProvider(["<channel:answer>Hello</channel:answer>"], chunk_size=4)
+    events = [event async for event in provider.stream(request_)]
+    deltas = [event.text for event in events if isinstance(event, TextDelta)]
+    assert deltas[:3] == ["<cha", "nnel", ":ans"]
+    assert all(len(delta) <= 4 for delta in deltas)
+    assert "".join(deltas) == "<channel:answer>Hello</channel:answer>"
+    assert isinstance(events[-1], ModelCompleted)
+    assert events[-1].stop_reason == "end_turn"
+
+
+async def test_responses_are_consumed_in_order_and_every_request_is_recorded(request_: ModelRequest) -> None:
+    provider = ScriptedProvider(["one", "two"])
+    texts = []
+    for _ in range(2):
+        texts.append("".join([e.text async for e in provider.stream(request_) if isinstance(e, TextDelta)]))
+    assert texts == ["one", "two"]
+    assert provider.requests == [request_, request_]
+    assert provider.remaining == 0
+
+
+async def test_running_out_of_script_is_an_error_not_a_default_answer(request_: ModelRequest) -> None:
+    provider = ScriptedProvider(["only"])
+    _ = [e async for e in provider.stream(request_)]
+    with pytest.raises(ModelProviderError) as caught:
+        _ = [e async for e in provider.stream(request_)]
+    assert caught.value.code == "script_exhausted"
+    assert "call 2" in caught.value.message
+    assert len(provider.requests) == 2
+
+
+async def test_scripted_usage_is_reported_and_missing_usage_is_estimated(request_: ModelRequest) -> None:
+    given = Usage(input_tokens=10, output_tokens=2, cache_read_input_tokens=900, cache_creation_input_tokens=5)
+    provider = ScriptedProvider([scripted.ScriptEntry(text="ok", usage=given), "abcdefgh"])
+    first = [e async for e in provider.stream(request_)][-1]
+    second = [e async for e in provider.stream(request_)][-1]
+    assert isinstance(first, ModelCompleted)
+    assert first.usage == given
+    assert isinstance(second, ModelCompleted)
+    assert second.usage.output_tokens == 2
+    assert second.usage.input_tokens == sum(scripted.estimate_tokens(p.text) for p in request_.prompt.parts())
+
+
+async def test_scripted_errors_are_raised_as_normalized_errors(request_: ModelRequest) -> None:
+    provider = ScriptedProvider([])
+    provider.extend(
+        [
+            {"error": {"code": "rate_limited", "message": "busy"}},
+            {"error": {"code": "context_overflow"}},
+            {"error": {"code": "invalid_request", "message": "bad"}},
+        ]
+    )
+    with pytest.raises(ModelRateLimited):
+        _ = [e async for e in provider.stream(request_)]
+    with pytest.raises(ModelContextOverflow):
+        _ = [e async for e in provider.stream(request_)]
+    with pytest.raises(ModelProviderError) as caught:
+        _ = [e async for e in provider.stream(request_)]
+    assert caught.value.code == "invalid_request"
+
+
+def test_an_entry_needs_exactly_one_of_text_and_error() -> None:
+    with pytest.raises(ValueError, match="exactly one of 'text' and 'error'"):
+        scripted.ScriptEntry.model_validate({"text": "a", "error": {"code": "rate_limited"}})
+
+
+async def test_a_yaml_script_is_loaded_through_the_factory(tmp_path: Path, request_: ModelRequest) -> None:
+    script = tmp_path / "demo.yaml"
+    script.write_text(
+        "chunk_size: 2\nresponses:\n  - hello\n  - text: bye\n    stop_reason: max_tokens\n", encoding="utf-8"
+    )
+    provider = create_scripted_provider(
+        ModelRef(provider="scripted", model=str(script)), lambda _: pytest.fail("a script needs no secret")
+    )
+    assert isinstance(provider, ModelProvider)
+    first = [e async for e in provider.stream(request_)]
+    assert [e.text for e in first if isinstance(e, TextDelta)] == ["he", "ll", "o"]
+    last = [e async for e in provider.stream(request_)][-1]
+    assert isinstance(last, ModelCompleted)
+    assert last.stop_reason == "max_tokens"
+    assert str(script) in repr(provider)
+    await provider.aclose()
+
+
+def test_a_json_list_script_is_loaded(tmp_path: Path) -> None:
+    script = tmp_path / "demo.json"
+    script.write_text(json.dumps(["a", {"text": "b"}]), encoding="utf-8")
+    entries, chunk_size = scripted.load_script(script)
+    assert [entry.text for entry in entries] == ["a", "b"]
+    assert chunk_size == scripted.DEFAULT_CHUNK_SIZE
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("responses: [{text: a, colour: red}]", "colour"),
+        ("- error: {code: no_such_code}", "error.code"),
+        ("[unclosed", "not a valid script"),
+    ],
+)
+def test_a_bad_script_names_the_file_and_the_problem(tmp_path: Path, content: str, fragment: str) -> None:
+    script = tmp_path / "bad.yaml"
+    script.write_text(content, encoding="utf-8")
+    with pytest.raises(ModelProviderError) as caught:
+        scripted.load_script(script)
+    assert caught.value.code == "script_invalid"
+    assert str(script) in caught.value.message
+    assert fragment in caught.value.message
+
+
+def test_a_missing_script_file_is_a_script_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelProviderError, match="cannot be read"):
+        scripted.load_script(tmp_path / "absent.yaml")
