@@ -3,16 +3,25 @@
 Replays a generated conversation (40 turns, 8 tool rounds each, 9 model requests per turn) through
 ``berth.runtime.render.TimelineRenderer`` and a model of Anthropic prompt caching:
 
-* a request is a list of content blocks (the renderer's parts); a breakpoint on a block writes the
-  prefix ending there to the cache (or refreshes it);
+* a request is a list of content blocks (the renderer's parts); the cache key of a prefix is its
+  content blocks, so the same text split into different blocks is a different prefix;
+* a breakpoint on a block writes the prefix ending there to the cache (or refreshes it); prefixes
+  are written only at breakpoints;
 * a prefix is served from the cache only if it ends at one of this request's breakpoints, was written
-  as a breakpoint before, and was written or refreshed within the last 5 minutes;
+  as a breakpoint before, and was written or used within the last 5 minutes (using it refreshes it);
 * at most 4 breakpoints per request.
 
-It prints, side by side in one run, the share of input tokens served from cache for Berth's
-checkpoints, for a breakpoint on the last message only, and for no caching; then the render time per
-round at 10, 100 and 1,000 blocks for the incremental renderer against a cold render of the same
-timeline. Tokens are estimated at four characters each. Usage: ``python bench/context.py [--turns N]``.
+Anthropic also looks for a written prefix at the block boundaries before each breakpoint ("about 20
+blocks"). The model runs twice: ``strict`` (no look-back: a prefix must end exactly at a breakpoint)
+and ``look-back 20`` (each breakpoint also matches a prefix ending up to 20 blocks before it, the
+closest match wins). Berth's checkpoints do not rely on the look-back; single-breakpoint strategies do.
+
+It prints, side by side in one run, the share of input tokens served from cache (all requests, the
+first request of each turn, and rounds 2+) for Berth's checkpoints, for a breakpoint on the last
+message only, for one breakpoint before SOURCES POOL/ANNOUNCE, and for no caching; then the render time
+per round at 10, 100 and 1,000 blocks for the incremental renderer against a cold render of the same
+timeline. Tokens are estimated at four characters each.
+Usage: ``python bench/context.py [--turns N] [--rounds N]``.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from berth.runtime.timeline import Timeline
 
 CACHE_TTL = timedelta(minutes=5)
 MAX_BREAKPOINTS = 4
+LOOKBACK_BLOCKS = 20
+"""Block boundaries before a breakpoint that Anthropic also checks for a written prefix."""
 SYSTEM = "You are a careful research agent.\n" + "\n".join(
     f"tool web.tool_{n}: does thing {n} with params {{query: str, limit: int}}" for n in range(60)
 )
@@ -125,15 +136,20 @@ def no_caching(parts: Sequence[PromptPart]) -> list[int]:
 
 @dataclass
 class CacheModel:
-    """Anthropic-style prompt cache: prefixes written at breakpoints, served only at breakpoints, 5-minute TTL."""
+    """Anthropic-style prompt cache: prefixes written at breakpoints, served only at breakpoints, 5-minute TTL.
 
+    ``lookback`` is how many block boundaries before each breakpoint are also checked for a written
+    prefix (0: only the breakpoint itself).
+    """
+
+    lookback: int = 0
     written: dict[str, datetime] = field(default_factory=dict)
     input_tokens: int = 0
     cached_tokens: int = 0
-    multi_round_input: int = 0
-    multi_round_cached: int = 0
+    first_round_input: int = 0
+    first_round_cached: int = 0
 
-    def request(self, parts: Sequence[PromptPart], breakpoints: list[int], now: datetime, *, later_round: bool) -> None:
+    def request(self, parts: Sequence[PromptPart], breakpoints: list[int], now: datetime, *, first_round: bool) -> None:
         assert len(breakpoints) <= MAX_BREAKPOINTS
         running = hashlib.sha256()
         keys: list[str] = []
@@ -145,23 +161,45 @@ class CacheModel:
             keys.append(running.hexdigest())
             total += estimate_tokens(part.text)
             tokens.append(total)
-        hit = 0
+        served: int | None = None
         for index in breakpoints:
-            written_at = self.written.get(keys[index])
-            if written_at is not None and now - written_at <= CACHE_TTL:
-                hit = max(hit, tokens[index])
+            for candidate in range(index, max(index - self.lookback, 0) - 1, -1):
+                written_at = self.written.get(keys[candidate])
+                if written_at is not None and now - written_at <= CACHE_TTL:
+                    if served is None or candidate > served:
+                        served = candidate
+                    break
+        hit = 0
+        if served is not None:
+            hit = tokens[served]
+            self.written[keys[served]] = now  # a cache hit refreshes the entry's lifetime
         for index in breakpoints:
             self.written[keys[index]] = now
         self.input_tokens += total
         self.cached_tokens += hit
-        if later_round:
-            self.multi_round_input += total
-            self.multi_round_cached += hit
+        if first_round:
+            self.first_round_input += total
+            self.first_round_cached += hit
+
+    def share(self) -> float:
+        """Share of all input tokens served from the cache."""
+        return self.cached_tokens / self.input_tokens
+
+    def first_round_share(self) -> float:
+        """Share of the input tokens of each turn's first request served from the cache."""
+        return self.first_round_cached / self.first_round_input
+
+    def later_rounds_share(self) -> float:
+        """Share of the input tokens of rounds 2+ (multi-round turns) served from the cache."""
+        return (self.cached_tokens - self.first_round_cached) / (self.input_tokens - self.first_round_input)
 
 
-def replay(turns: int, rounds: int, strategies: dict[str, Strategy]) -> tuple[dict[str, CacheModel], int]:
-    """Replay the conversation once, feeding every request to one cache model per strategy."""
-    models = {name: CacheModel() for name in strategies}
+CacheModels = dict[tuple[str, int], CacheModel]
+
+
+def replay(turns: int, rounds: int, strategies: dict[str, Strategy]) -> tuple[CacheModels, int]:
+    """Replay the conversation once, feeding every request to a strict and a look-back cache model per strategy."""
+    models = {(name, lookback): CacheModel(lookback) for name in strategies for lookback in (0, LOOKBACK_BLOCKS)}
     timeline = Timeline()
     renderer = TimelineRenderer()
     pool = SourcesPool()
@@ -180,8 +218,8 @@ def replay(turns: int, rounds: int, strategies: dict[str, Strategy]) -> tuple[di
             )
             prompt = renderer.render(timeline, system=SYSTEM, sources=pool, announce=announce)
             parts = prompt.parts()
-            for name, strategy in strategies.items():
-                models[name].request(parts, strategy(parts), now, later_round=round_number > 1)
+            for (name, _), model in models.items():
+                model.request(parts, strategies[name](parts), now, first_round=round_number == 1)
             requests += 1
             now += timedelta(seconds=20)
             seed = turn * 100 + round_number
@@ -246,18 +284,19 @@ def main() -> None:
     }
     models, requests = replay(options.turns, options.rounds, strategies)
     print(f"# prompt caching: {options.turns} turns x {options.rounds} tool rounds, {requests} requests")
-    print(f"{'strategy':<22} {'input tokens':>14} {'from cache':>12} {'share':>8} {'share, rounds 2+':>17}")
-    for name, model in models.items():
-        share = model.cached_tokens / model.input_tokens
-        later = model.multi_round_cached / model.multi_round_input
-        print(f"{name:<22} {model.input_tokens:>14,} {model.cached_tokens:>12,} {share:>8.1%} {later:>17.1%}")
-    berth = models["berth checkpoints"]
-    baseline = models["last message only"]
-    uncached = {name: m.input_tokens - m.cached_tokens for name, m in models.items()}
+    print("# share of input tokens served from cache: all requests / first request of a turn / rounds 2+")
+    print(f"{'strategy':<22} {'input tokens':>13} {'strict':>24} {f'look-back {LOOKBACK_BLOCKS}':>24}")
+    for name in strategies:
+        strict, lookback = models[name, 0], models[name, LOOKBACK_BLOCKS]
+        cells = [
+            f"{m.share():>6.1%} / {m.first_round_share():>6.1%} / {m.later_rounds_share():>6.1%}"
+            for m in (strict, lookback)
+        ]
+        print(f"{name:<22} {strict.input_tokens:>13,} {cells[0]:>24} {cells[1]:>24}")
+    uncached = {name: m.input_tokens - m.cached_tokens for (name, lookback), m in models.items() if lookback == 0}
     print(
-        f"ratio: berth sends {uncached['last message only'] / max(uncached['berth checkpoints'], 1):.1f}x fewer "
-        f"uncached tokens than 'last message only' ({berth.cached_tokens / berth.input_tokens:.1%} vs "
-        f"{baseline.cached_tokens / baseline.input_tokens:.1%} from cache)"
+        f"ratio (strict): berth sends {uncached['last message only'] / max(uncached['berth checkpoints'], 1):.1f}x "
+        "fewer uncached tokens than 'last message only'"
     )
     print()
     print("# render time per round (ms)")

@@ -1,16 +1,29 @@
 """Where prompt-cache checkpoints go, and which part of the timeline may still change.
 
-A rendered prompt carries at most :data:`MAX_CACHE_BREAKPOINTS` breakpoints: the system message plus up
-to three on the timeline, each at the end of a block range:
+A provider serves a cached prefix only if it ends where an earlier request put a breakpoint (within
+the cache's lifetime), and a request carries at most :data:`MAX_CACHE_BREAKPOINTS` breakpoints. So
+every request should put one breakpoint where the previous request put its last one (to *read* that
+prefix) and one at the end of what is now stable (to *write* the prefix the next request reads).
+
+Besides the system message, a render carries at most three timeline checkpoints, each at a *stop*:
+the end of a turn's head (header, prompt, attachments) or of one of its complete rounds, so none falls
+inside a multi-block tool result.
 
 1. ``previous_turn``: the end of the turn before the current one;
-2. ``pre_tail``: the end of the complete round ``offset`` rounds before the last complete one (only
-   when the current turn has that many rounds);
-3. ``tail``: the end of the last complete round of the current turn.
+2. ``pre_tail``: the end of the complete round ``offset`` rounds before the last one (only when the
+   current turn has more than ``offset`` complete rounds);
+3. ``tail``: the last stop of the current turn: the end of its last complete round, or of its head
+   while no round is complete.
 
-Checkpoints sit only at round ends, so none falls inside a multi-block tool result. Everything after
-``pre_tail`` (or, without one, after ``previous_turn``) is the *editable tail*: the only place
-``react.hide`` may change, so the prefix up to the pre-tail checkpoint stays cached.
+In the first request of a turn, the previous turn's final answer sits between the previous request's
+tail and ``previous_turn``, and no pre-tail exists yet, so a fourth one is free:
+
+4. ``previous_turn_tail``: the previous turn's last stop before its end, where the previous turn's
+   last request put its tail. That request's prefix is served, and only the final answer and the
+   new head are read again.
+
+Everything after ``pre_tail`` (or, without one, after ``previous_turn``) is the *editable tail*: the
+only place ``react.hide`` may change, so the prefix up to the pre-tail checkpoint stays cached.
 """
 
 from __future__ import annotations
@@ -27,14 +40,15 @@ __all__ = [
     "CheckpointKind",
     "editable_tail_start",
     "plan_checkpoints",
+    "turn_stops",
 ]
 
-CheckpointKind: TypeAlias = Literal["system", "previous_turn", "pre_tail", "tail"]
+CheckpointKind: TypeAlias = Literal["system", "previous_turn_tail", "previous_turn", "pre_tail", "tail"]
 
 MAX_CACHE_BREAKPOINTS: Final = 4
 """Most cache breakpoints one request may carry (Anthropic's limit), the system message included."""
 DEFAULT_PRE_TAIL_OFFSET: Final = 2
-"""How many rounds before the last the pre-tail checkpoint sits by default."""
+"""How many rounds before the tail the pre-tail checkpoint sits by default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +59,7 @@ class CacheCheckpoint:
     end: int
 
 
-def _complete_prefix_ends(layout: TurnLayout) -> list[int]:
+def _complete_round_ends(layout: TurnLayout) -> list[int]:
     """Return the end index of each round of the turn, up to its first incomplete round."""
     ends: list[int] = []
     for round_ in layout.rounds:
@@ -55,6 +69,17 @@ def _complete_prefix_ends(layout: TurnLayout) -> list[int]:
     return ends
 
 
+def turn_stops(layout: TurnLayout) -> tuple[int, ...]:
+    """Return where a cached prefix may end inside one turn, in order.
+
+    The stops are the end of the turn's head (when it has one) and the end of each round up to the
+    first incomplete one. Nothing after a stop can change what comes before it, and no stop falls
+    inside a round, so none splits a tool call from its result.
+    """
+    head = (layout.head_end,) if layout.head_end > layout.start else ()
+    return (*head, *_complete_round_ends(layout))
+
+
 def plan_checkpoints(
     timeline: Timeline, *, start: int = 0, offset: int = DEFAULT_PRE_TAIL_OFFSET
 ) -> tuple[CacheCheckpoint, ...]:
@@ -62,7 +87,8 @@ def plan_checkpoints(
 
     :param start: the first rendered block (the latest compaction summary, or 0).
     :param offset: rounds between the pre-tail and the tail checkpoint; 0 disables the pre-tail one.
-    :returns: at most three checkpoints, ordered by position, at distinct positions.
+    :returns: at most three checkpoints (the system message is the fourth breakpoint), ordered by
+        position, at distinct positions.
     """
     if offset < 0:
         raise ValueError("offset must be >= 0")
@@ -71,13 +97,19 @@ def plan_checkpoints(
         return ()
     current = layouts[-1]
     checkpoints: list[CacheCheckpoint] = []
+    stops = turn_stops(current)
+    rounds = len(_complete_round_ends(current))
     if current.start > start:
+        if rounds == 0:
+            previous = layouts[-2]
+            earlier = [stop for stop in turn_stops(previous) if stop < previous.end]
+            if earlier:
+                checkpoints.append(CacheCheckpoint(kind="previous_turn_tail", end=earlier[-1]))
         checkpoints.append(CacheCheckpoint(kind="previous_turn", end=current.start))
-    ends = _complete_prefix_ends(current)
-    if offset and len(ends) > offset:
-        checkpoints.append(CacheCheckpoint(kind="pre_tail", end=ends[-1 - offset]))
-    if ends:
-        checkpoints.append(CacheCheckpoint(kind="tail", end=ends[-1]))
+    if offset and rounds > offset:
+        checkpoints.append(CacheCheckpoint(kind="pre_tail", end=stops[-1 - offset]))
+    if stops:
+        checkpoints.append(CacheCheckpoint(kind="tail", end=stops[-1]))
     return tuple(checkpoints)
 
 

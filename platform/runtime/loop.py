@@ -192,10 +192,14 @@ class TurnRunner:
             await recorder.commit(
                 state.timeline,
                 sources=state.sources,
-                state="completed" if outcome != "failed" else "failed",
+                state={"failed": "failed", "cancelled": "cancelled"}.get(outcome, "completed"),  # type: ignore[arg-type]
                 ended_at=self._clock(),
                 final_round=final,
-                artifacts=(*state.workspace.artifact_writes(), *self._capped_results(state)),
+                artifacts=(
+                    *state.workspace.artifact_writes(),
+                    *self._capped_results(state),
+                    *(ArtifactWrite(f"{turn.turn_id}/attachments/{name}", data) for name, _, data in turn.attachments),
+                ),
             )
             if memory is not None:
                 ordinals = {turn_id: n for n, turn_id in enumerate(state.timeline.turn_ids(), start=1)}
@@ -216,7 +220,7 @@ class TurnRunner:
                 await generation.hooks.after_turn(context, turn, result)
             except Exception:
                 log.exception("berth_after_turn of bundle %s failed", generation.bundle_id)
-            if outcome == "failed" and error is not None:
+            if outcome in ("failed", "cancelled") and error is not None:
                 await emit(TurnEvent("turn.failed", dict(error)))
             else:
                 await emit(
@@ -234,121 +238,139 @@ class TurnRunner:
                 )
             return result
 
-        try:
-            await generation.hooks.before_turn(context, turn)
-        except Exception as exc:
-            error = {"code": "turn_vetoed", "message": f"the bundle refused this turn: {exc}"}
-            return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
-        toolbox = self._toolbox(
-            generation, context, bundle, agent.tools if agent else None, with_memory=memory is not None
-        )
-        if agent is None:
-            error = {
-                "code": "bundle_has_no_agent",
-                "message": f"bundle '{generation.bundle_id}' defines no agent (berth_agent)",
-            }
-            return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
-        system = system_message(
-            protocol=PROTOCOL_TEXT,
-            instructions=agent.instructions,
-            toolbox=toolbox,
-            skills=generation.skills,
-            bundle_title=generation.info.title or generation.bundle_id,
-        )
-        renderer = TimelineRenderer()
-
-        def estimate(candidate: Timeline) -> int:
-            """The size of the prompt ``candidate`` would render to (what compaction must shrink)."""
-            quiet = AnnounceState(
-                iteration=1, max_iterations=react.max_iterations, budget_tokens_left=0, now=self._clock()
-            )
-            rendered = TimelineRenderer().render(
-                candidate,
-                system=system,
-                sources=state.sources,
-                announce=quiet,
-                offset=react.cache_checkpoint_offset,
-                pruned_turns=state.pruned_turns,
-            )
-            return estimate_prompt_tokens(rendered)
-
-        max_actions = 4 if react.multi_action == "safe_fanout" else 1
         decision: Decision | None = None
-        last_estimate = 0
-        compaction_failed = False
-        for iteration in range(1, react.max_iterations + 1):
-            rounds = iteration
-            pruned = plan_pruning(
-                state.timeline,
-                now=self._clock(),
-                last_request_at=last_request_at,
-                cache_ttl_seconds=react.cache_ttl_seconds or None,
-                previously_pruned=pruned,
-            )
-            state.pruned_turns = pruned
 
-            def render(
-                iteration: int = iteration, pruned: frozenset[str] = pruned, used: int = last_estimate
-            ) -> RenderedPrompt:
-                plans = state.plan_book()
-                announce = AnnounceState(
-                    iteration=iteration,
-                    max_iterations=react.max_iterations,
-                    budget_tokens_left=react.context_budget_tokens - used,
-                    now=self._clock(),
-                    user_timezone=turn.user_timezone,
-                    open_plans=plans.open_plans(),
-                    current_plan_id=current.plan_id if (current := plans.current) is not None else None,
-                    notices=tuple(state.notices),
-                    inactive_tools=tuple(
-                        f"{tool_id}: {reason}" for tool_id, reason in sorted(toolbox.inactive.items())
-                    ),
+        async def rounds_until_done() -> TurnResult:
+            nonlocal decision, rounds, usage, pruned, last_request_at
+            try:
+                await generation.hooks.before_turn(context, turn)
+            except Exception as exc:
+                error = {"code": "turn_vetoed", "message": f"the bundle refused this turn: {exc}"}
+                return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
+            toolbox = self._toolbox(
+                generation, context, bundle, agent.tools if agent else None, with_memory=memory is not None
+            )
+            if agent is None:
+                error = {
+                    "code": "bundle_has_no_agent",
+                    "message": f"bundle '{generation.bundle_id}' defines no agent (berth_agent)",
+                }
+                return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
+            system = system_message(
+                protocol=PROTOCOL_TEXT,
+                instructions=agent.instructions,
+                toolbox=toolbox,
+                skills=generation.skills,
+                bundle_title=generation.info.title or generation.bundle_id,
+            )
+            renderer = TimelineRenderer()
+
+            def estimate(candidate: Timeline) -> int:
+                """The size of the prompt ``candidate`` would render to (what compaction must shrink)."""
+                quiet = AnnounceState(
+                    iteration=1, max_iterations=react.max_iterations, budget_tokens_left=0, now=self._clock()
                 )
-                return renderer.render(
-                    state.timeline,
+                rendered = TimelineRenderer().render(
+                    candidate,
                     system=system,
                     sources=state.sources,
-                    announce=announce,
+                    announce=quiet,
                     offset=react.cache_checkpoint_offset,
-                    pruned_turns=pruned,
+                    pruned_turns=state.pruned_turns,
                 )
+                return estimate_prompt_tokens(rendered)
 
-            prompt = render()
-            last_estimate = estimate_prompt_tokens(prompt)
-            over_budget = last_estimate > react.compaction_threshold * react.context_budget_tokens
-            if over_budget and not compaction_failed:  # one failed compaction per turn is enough
-                compaction_failed = not await self._compact(state, react, emit, force=False, estimate=estimate)
+            max_actions = 4 if react.multi_action == "safe_fanout" else 1
+            last_estimate = 0
+            compaction_failed = False
+            for iteration in range(1, react.max_iterations + 1):
+                rounds = iteration
+                pruned = plan_pruning(
+                    state.timeline,
+                    now=self._clock(),
+                    last_request_at=last_request_at,
+                    cache_ttl_seconds=react.cache_ttl_seconds or None,
+                    previously_pruned=pruned,
+                )
+                state.pruned_turns = pruned
+
+                def render(
+                    iteration: int = iteration, pruned: frozenset[str] = pruned, used: int = last_estimate
+                ) -> RenderedPrompt:
+                    plans = state.plan_book()
+                    announce = AnnounceState(
+                        iteration=iteration,
+                        max_iterations=react.max_iterations,
+                        budget_tokens_left=react.context_budget_tokens - used,
+                        now=self._clock(),
+                        user_timezone=turn.user_timezone,
+                        open_plans=plans.open_plans(),
+                        current_plan_id=current.plan_id if (current := plans.current) is not None else None,
+                        notices=tuple(state.notices),
+                        inactive_tools=tuple(
+                            f"{tool_id}: {reason}" for tool_id, reason in sorted(toolbox.inactive.items())
+                        ),
+                    )
+                    return renderer.render(
+                        state.timeline,
+                        system=system,
+                        sources=state.sources,
+                        announce=announce,
+                        offset=react.cache_checkpoint_offset,
+                        pruned_turns=pruned,
+                    )
+
                 prompt = render()
                 last_estimate = estimate_prompt_tokens(prompt)
-            state.visible_from = prompt.start
-            state.editable_from = editable_tail_start(
-                state.timeline, start=prompt.start, offset=react.cache_checkpoint_offset
-            )
-            state.notices.clear()
-            last_request_at = self._clock()
-            try:
+                over_budget = last_estimate > react.compaction_threshold * react.context_budget_tokens
+                if over_budget and not compaction_failed:  # one failed compaction per turn is enough
+                    compaction_failed = not await self._compact(state, react, emit, force=False, estimate=estimate)
+                    prompt = render()
+                    last_estimate = estimate_prompt_tokens(prompt)
+                state.visible_from = prompt.start
+                state.editable_from = editable_tail_start(
+                    state.timeline, start=prompt.start, offset=react.cache_checkpoint_offset
+                )
+                state.notices.clear()
+                last_request_at = self._clock()
                 try:
-                    result, completed = await self._call_model(provider, model_ref, prompt, state, emit)
-                except ModelContextOverflow:
-                    if not await self._compact(state, react, emit, force=True, estimate=estimate):
-                        raise
-                    result, completed = await self._call_model(provider, model_ref, render(), state, emit)
-            except ModelError as exc:
-                error = {"code": f"model_{exc.code}", "message": str(exc.message)}
-                return await finish("failed", decision, [self._status_block(state, "failed", error["message"])], error)
-            usage = usage.plus(completed.usage)
-            decision = interpret_response(result, max_actions=max_actions)
-            blocks, final = await self._execute(decision, state, toolbox, react, emit)
-            for plan_block in (b for b in blocks if b.type == BlockType.REACT_PLAN):
-                await emit(TurnEvent("plan", {"plan": plan_block.data}))
-            if final is not None:
-                outcome: TurnOutcome = "completed" if final == "complete" else "exited"
-                return await finish(outcome, decision, blocks, None)
-            state.timeline.contribute(*blocks)
-            await recorder.record_round(blocks, sources=state.sources)
-        notice = f"the turn used all {react.max_iterations} iterations without completing"
-        await emit(TurnEvent("notice", {"code": "iteration_limit", "message": notice}))
-        return await finish("iteration_limit", decision, [self._status_block(state, "iteration_limit", notice)], None)
+                    try:
+                        result, completed = await self._call_model(provider, model_ref, prompt, state, emit)
+                    except ModelContextOverflow:
+                        if not await self._compact(state, react, emit, force=True, estimate=estimate):
+                            raise
+                        result, completed = await self._call_model(provider, model_ref, render(), state, emit)
+                except ModelError as exc:
+                    error = {"code": f"model_{exc.code}", "message": str(exc.message)}
+                    return await finish(
+                        "failed", decision, [self._status_block(state, "failed", error["message"])], error
+                    )
+                usage = usage.plus(completed.usage)
+                decision = interpret_response(result, max_actions=max_actions)
+                blocks, final = await self._execute(decision, state, toolbox, react, emit)
+                for plan_block in (b for b in blocks if b.type == BlockType.REACT_PLAN):
+                    await emit(TurnEvent("plan", {"plan": plan_block.data}))
+                if final is not None:
+                    outcome: TurnOutcome = "completed" if final == "complete" else "exited"
+                    return await finish(outcome, decision, blocks, None)
+                state.timeline.contribute(*blocks)
+                await recorder.record_round(blocks, sources=state.sources)
+            notice = f"the turn used all {react.max_iterations} iterations without completing"
+            await emit(TurnEvent("notice", {"code": "iteration_limit", "message": notice}))
+            return await finish(
+                "iteration_limit", decision, [self._status_block(state, "iteration_limit", notice)], None
+            )
+
+        try:
+            return await rounds_until_done()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            error = {"code": "cancelled", "message": "the turn was cancelled"}
+            return await finish(
+                "cancelled", decision, [self._status_block(state, "cancelled", error["message"])], error
+            )
 
     # -- a round ---------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Final, Literal, Protocol, Self, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Final, Literal, Protocol, Self, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,9 +35,13 @@ from berth.runtime.blocks import Block, BlockType, UtcTimestamp
 from berth.storage.memory import MemoryEntry, MemoryFilter, MemoryIndex, MemoryKind
 from berth.storage.scope import ConversationScope
 
+if TYPE_CHECKING:
+    from berth.config.models.assembly import EmbedderConfig
+
 __all__ = [
     "DEFAULT_RRF_K",
     "Embedder",
+    "EmbedderFactory",
     "HashedNgramEmbedder",
     "MemoryHit",
     "MemorySearch",
@@ -66,7 +70,12 @@ _TOKEN_RE: Final = re.compile(r"\w+", re.UNICODE)
 
 
 class Embedder(Protocol):
-    """Turns texts into unit-length vectors of a fixed dimension (the ``berth_embedders`` seam)."""
+    """Turns texts into unit-length vectors of a fixed dimension (the ``berth_embedders`` seam).
+
+    ``embed`` makes the vectors of indexed texts, ``embed_query`` the vector of a search query; an
+    asymmetric model (E5: ``passage:`` / ``query:``) embeds the two differently, a symmetric one
+    the same way. Both may be slow: an implementation keeps heavy work off the event loop.
+    """
 
     @property
     def dimensions(self) -> int:
@@ -74,7 +83,19 @@ class Embedder(Protocol):
         ...
 
     async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
-        """Return one unit-length vector per text (all zeros for a text without words)."""
+        """Return one unit-length vector per indexed text (all zeros for a text without words)."""
+        ...
+
+    async def embed_query(self, query: str) -> tuple[float, ...]:
+        """Return the unit-length vector of a search query (all zeros for a query without words)."""
+        ...
+
+
+class EmbedderFactory(Protocol):
+    """What a plugin's ``berth_embedders()`` maps each embedder name to."""
+
+    def __call__(self, config: EmbedderConfig) -> Embedder:
+        """Build the embedder ``platform.embedder`` of ``assembly.yaml`` asks for (``provider``, ``model``)."""
         ...
 
 
@@ -119,6 +140,10 @@ class HashedNgramEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
         """Return one unit-length vector per text."""
         return [self.embed_one(text) for text in texts]
+
+    async def embed_query(self, query: str) -> tuple[float, ...]:
+        """Return the vector of a query: the same as any text's (the embedder is symmetric)."""
+        return self.embed_one(query)
 
 
 def cosine(left: Sequence[float], right: Sequence[float]) -> float:
@@ -288,7 +313,7 @@ class MemorySearch:
     async def _ranked(self, where: MemoryFilter, request: MemsearchRequest, *, now: datetime) -> tuple[MemoryHit, ...]:
         lexical = await self._index.search_lexical(where, request.query, limit=self._candidates)
         entries = await self._index.list_entries(where)
-        (query_vector,) = await self._embedder.embed([request.query])
+        query_vector = await self._embedder.embed_query(request.query)
         similar = sorted(
             ((cosine(query_vector, entry.vector), entry) for entry in entries),
             key=lambda pair: pair[0],

@@ -97,6 +97,9 @@ class RenderedPrompt(BaseModel):
         return BLOCK_SEPARATOR.join(part.text for part in self.parts() if part.section == section)
 
 
+_PRUNING_NOTICE_PART: Final = PromptPart(section="history", text=PRUNING_NOTICE)
+
+
 def _body(block: Block) -> str:
     if block.text is not None:
         return block.text
@@ -134,27 +137,27 @@ def visible_start(blocks: Sequence[Block]) -> int:
 
 
 class TimelineRenderer:
-    """Renders one conversation round after round, reusing the text of blocks it has seen.
+    """Renders one conversation round after round, reusing the text of the parts it has rendered.
 
-    Blocks are immutable, so a block's text is computed once; a hidden or restored block is a new
-    object and is rendered again. The cache holds only the blocks of the latest render.
+    A part's text depends only on its blocks, and blocks are immutable, so the text of a turn head,
+    a round or a pruned card is computed once; a hidden or restored block is a new object, so its
+    part is rendered again. The cache holds only the parts of the latest render.
     """
 
     def __init__(self) -> None:
-        self._texts: dict[int, tuple[Block, str]] = {}
+        # Keyed by the section and the ids of the part's blocks; the entry holds the blocks, so none
+        # of those ids can be reused by another object while the entry exists.
+        self._parts: dict[tuple[object, ...], tuple[tuple[Block, ...], PromptPart]] = {}
+        self._next_parts: dict[tuple[object, ...], tuple[tuple[Block, ...], PromptPart]] = {}
 
-    def _texts_for(self, blocks: Sequence[Block]) -> list[str]:
-        previous = self._texts
-        current: dict[int, tuple[Block, str]] = {}
-        texts: list[str] = []
-        for block in blocks:
-            entry = previous.get(id(block))
-            if entry is None or entry[0] is not block:
-                entry = (block, render_block(block))
-            current[id(block)] = entry
-            texts.append(entry[1])
-        self._texts = current
-        return texts
+    def _part(self, section: PromptSection, blocks: Sequence[Block], *, card: bool = False) -> PromptPart:
+        key = (section, card, *map(id, blocks))
+        entry = self._parts.get(key)
+        if entry is None:
+            text = render_pruned_turn(blocks) if card else BLOCK_SEPARATOR.join(map(render_block, blocks))
+            entry = (tuple(blocks), PromptPart(section=section, text=text))
+        self._next_parts[key] = entry
+        return entry[1]
 
     def render(
         self,
@@ -177,40 +180,41 @@ class TimelineRenderer:
             the current turn is never pruned.
         """
         blocks = timeline.blocks
-        start = visible_start(blocks)
-        checkpoints = plan_checkpoints(timeline, start=start, offset=offset)
+        start = timeline.latest_summary_index or 0
         layouts = timeline.turn_layouts(start)
-        current_start = layouts[-1].start if layouts else len(blocks)
-        texts = self._texts_for(blocks[start:])
+        checkpoints = plan_checkpoints(timeline, start=start, offset=offset)
 
-        # Units of text, each ending at a block index: one per block, or one card per pruned turn.
-        units: list[tuple[int, str]] = []
-        for layout in layouts[:-1]:
-            if layout.turn_id in pruned_turns:
-                units.append((layout.end, render_pruned_turn(blocks[layout.start : layout.end])))
-                last_card = len(units)
-            else:
-                units.extend((i + 1, texts[i - start]) for i in range(layout.start, layout.end))
-        if pruned_turns & {layout.turn_id for layout in layouts[:-1]}:
-            units.insert(last_card, (units[last_card - 1][0], PRUNING_NOTICE))
-        if layouts:
-            units.extend((i + 1, texts[i - start]) for i in range(layouts[-1].start, layouts[-1].end))
-
-        kind_at = {cp.end: cp.kind for cp in checkpoints}
-        cuts = sorted({*kind_at, current_start, len(blocks)} - {start})
-        parts = [PromptPart(section="system", text=system, cache_checkpoint="system")]
-        taken = 0
-        for cut in cuts:
-            segment: list[str] = []
-            while taken < len(units) and units[taken][0] <= cut:
-                segment.append(units[taken][1])
-                taken += 1
-            if not segment:
+        # One part per turn head, per round and per pruned card, each ending at a block index: the
+        # parts before a stop never change shape, so a prefix written by an earlier request (which
+        # a provider keys by its content blocks) is still a prefix of this one.
+        self._next_parts = {}
+        history = len(layouts) - 1  # every turn but the current one; the current one is never pruned
+        pruned = {number for number in range(history) if layouts[number].turn_id in pruned_turns}
+        last_card = max(pruned, default=-1)  # the pruning notice follows the last card
+        segments: list[tuple[int, PromptPart]] = []
+        for number, layout in enumerate(layouts):
+            section: PromptSection = "history" if number < history else "current_turn"
+            if number in pruned:
+                segments.append((layout.end, self._part(section, blocks[layout.start : layout.end], card=True)))
+                if number == last_card:
+                    segments.append((layout.end, _PRUNING_NOTICE_PART))
                 continue
-            section: PromptSection = "history" if cut <= current_start else "current_turn"
-            parts.append(
-                PromptPart(section=section, text=BLOCK_SEPARATOR.join(segment), cache_checkpoint=kind_at.get(cut))
-            )
+            first = layout.start
+            for end in (layout.head_end, *(round_.end for round_ in layout.rounds)):
+                if end > first:
+                    segments.append((end, self._part(section, blocks[first:end])))
+                    first = end
+        self._parts, self._next_parts = self._next_parts, {}
+
+        # A checkpoint goes on the last part ending at its position (after the pruning notice); one
+        # that ends inside a pruned card cannot be placed and is left out.
+        kind_at = {cp.end: cp.kind for cp in checkpoints}
+        last_at = {end: index for index, (end, _) in enumerate(segments)}
+        checkpoints = tuple(cp for cp in checkpoints if cp.end in last_at)
+        parts = [PromptPart(section="system", text=system, cache_checkpoint="system")]
+        for index, (end, part) in enumerate(segments):
+            kind = kind_at.get(end) if last_at[end] == index else None
+            parts.append(part if kind is None else part.model_copy(update={"cache_checkpoint": kind}))
         parts.append(
             PromptPart(
                 section="sources",

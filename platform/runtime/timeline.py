@@ -134,6 +134,11 @@ class Timeline:
     def __init__(self, blocks: Iterable[Block] = ()) -> None:
         self._blocks: list[Block] = list(blocks)
         self._announced: tuple[Block, ...] = ()
+        # Layouts depend only on each block's turn, call and type, which hiding never changes, and
+        # appending can only extend the last turn: so all but the last cached layout stay valid
+        # until a prefix is replaced.
+        self._layouts: tuple[int, tuple[TurnLayout, ...]] | None = None
+        self._latest_summary = self._find_latest_summary(0)
 
     @classmethod
     def from_payload(cls, payload: TimelinePayload) -> Timeline:
@@ -159,7 +164,9 @@ class Timeline:
 
     def contribute(self, *blocks: Block) -> None:
         """Append persistent blocks. Contribute a round's call and all its result blocks in one call."""
+        first_new = len(self._blocks)
         self._blocks.extend(blocks)
+        self._latest_summary = self._find_latest_summary(first_new, self._latest_summary)
 
     def replace_prefix(self, end: int, summary: Block) -> None:
         """Replace blocks ``[0, end)`` with one ``conv.range.summary`` block (compaction).
@@ -171,6 +178,20 @@ class Timeline:
         if not 0 < end <= len(self._blocks):
             raise ValueError(f"prefix end {end} is outside the timeline (1..{len(self._blocks)})")
         self._blocks[:end] = [summary]
+        self._layouts = None
+        self._latest_summary = self._find_latest_summary(0)
+
+    def _find_latest_summary(self, from_index: int, known: int | None = None) -> int | None:
+        latest = known
+        for index in range(from_index, len(self._blocks)):
+            if self._blocks[index].type == BlockType.CONV_RANGE_SUMMARY:
+                latest = index
+        return latest
+
+    @property
+    def latest_summary_index(self) -> int | None:
+        """The position of the newest ``conv.range.summary`` block (where rendering starts), if any."""
+        return self._latest_summary
 
     def announce(self, *blocks: Block) -> None:
         """Set the blocks announced for this round, replacing the previous round's; never persisted."""
@@ -197,9 +218,13 @@ class Timeline:
 
         Turns are maximal runs of blocks with the same ``turn_id``.
         """
-        layouts: list[TurnLayout] = []
+        cached = self._layouts
+        if cached is not None and cached[0] == start and cached[1]:
+            layouts = list(cached[1][:-1])
+            index = cached[1][-1].start
+        else:
+            layouts, index = [], start
         blocks = self._blocks
-        index = start
         while index < len(blocks):
             turn_id = blocks[index].turn_id
             end = index + 1
@@ -207,7 +232,9 @@ class Timeline:
                 end += 1
             layouts.append(layout_turn(blocks, index, end))
             index = end
-        return tuple(layouts)
+        result = tuple(layouts)
+        self._layouts = (start, result)
+        return result
 
     def indices_of(self, path: str) -> tuple[int, ...]:
         """Return the positions of the blocks whose path is exactly ``path``."""

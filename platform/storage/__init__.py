@@ -9,5 +9,7 @@ source rows cross the seam as JSON text next to the few columns a store needs to
 * :mod:`berth.storage.conversations` — :class:`~berth.storage.conversations.ConversationStore`
   (timeline artifact, sources pool, turn log, conversation index);
 * :mod:`berth.storage.memory` — :class:`~berth.storage.memory.MemoryIndex`, the store behind
-  ``react.memsearch``.
+  ``react.memsearch``;
+* :mod:`berth.storage.backend` — :class:`~berth.storage.backend.StorageBackend`, both stores of one
+  storage configuration, and the factory ``berth_storage_backends()`` registers per storage kind.
 """

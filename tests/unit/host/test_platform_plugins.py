@@ -37,6 +37,8 @@ def test_builtin_plugins_register_through_the_entry_point_group(clean_berth_env:
     assert "aws-sm" in plugins.secret_providers()
     assert {"anthropic", "openai-compatible", "scripted"} <= set(plugins.model_providers())
     assert "web" in plugins.tool_packs()
+    assert "embedded" in plugins.storage_backends()
+    assert "builtin" in plugins.embedders()
 
 
 def test_two_plugins_registering_one_name_are_refused_naming_both_packages() -> None:

@@ -1,4 +1,4 @@
-"""Cache checkpoints: previous turn, pre-tail and tail, only at round ends, and the editable tail."""
+"""Cache checkpoints: previous turn (and its last tail), pre-tail and tail, only at stops; the editable tail."""
 
 from __future__ import annotations
 
@@ -6,7 +6,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from berth.runtime.caching import CacheCheckpoint, editable_tail_start, plan_checkpoints
+from berth.runtime.caching import (
+    MAX_CACHE_BREAKPOINTS,
+    CacheCheckpoint,
+    editable_tail_start,
+    plan_checkpoints,
+    turn_stops,
+)
 from berth.runtime.timeline import TimelineError
 
 if TYPE_CHECKING:
@@ -21,11 +27,36 @@ def test_empty_timeline_has_no_checkpoints(conversation: ConversationBuilder) ->
     assert plan_checkpoints(conversation.timeline) == ()
 
 
-def test_first_round_of_a_later_turn_caches_up_to_the_previous_turn(conversation: ConversationBuilder) -> None:
-    conversation.full_turn("turn_1", rounds=1)
+def test_first_round_of_a_turn_reads_where_the_previous_turn_last_wrote(conversation: ConversationBuilder) -> None:
+    conversation.full_turn("turn_1", rounds=2)
+    last_round_of_turn_1 = conversation.timeline.turn_layouts()[-1].rounds[1].end
     turn_2_start = len(conversation.timeline)
     conversation.turn("turn_2")
-    assert kinds_and_ends(plan_checkpoints(conversation.timeline)) == [("previous_turn", turn_2_start)]
+    assert kinds_and_ends(plan_checkpoints(conversation.timeline)) == [
+        ("previous_turn_tail", last_round_of_turn_1),
+        ("previous_turn", turn_2_start),
+        ("tail", len(conversation.timeline)),
+    ]
+
+
+def test_previous_turn_without_tool_rounds_is_read_up_to_its_head(conversation: ConversationBuilder) -> None:
+    conversation.full_turn("turn_1", rounds=0)
+    head_of_turn_1 = conversation.timeline.turn_layouts()[-1].head_end
+    conversation.turn("turn_2")
+    assert plan_checkpoints(conversation.timeline)[0] == CacheCheckpoint("previous_turn_tail", head_of_turn_1)
+
+
+def test_previous_turn_tail_is_dropped_once_the_turn_has_a_complete_round(conversation: ConversationBuilder) -> None:
+    conversation.full_turn("turn_1", rounds=1)
+    conversation.turn("turn_2").tool_round("c1")
+    assert [cp.kind for cp in plan_checkpoints(conversation.timeline)] == ["previous_turn", "tail"]
+
+
+def test_tail_sits_at_the_end_of_the_head_before_any_round_completes(conversation: ConversationBuilder) -> None:
+    conversation.turn("turn_1")
+    head_end = len(conversation.timeline)
+    conversation.timeline.contribute(*conversation.round_blocks("c1")[:2])  # the call, no result yet
+    assert kinds_and_ends(plan_checkpoints(conversation.timeline)) == [("tail", head_end)]
 
 
 def test_tail_sits_at_the_end_of_the_last_complete_round(conversation: ConversationBuilder) -> None:
@@ -80,7 +111,25 @@ def test_checkpoints_start_at_the_given_block(conversation: ConversationBuilder)
     conversation.full_turn("turn_1", rounds=1)
     start = len(conversation.timeline)
     conversation.turn("turn_2")
-    assert plan_checkpoints(conversation.timeline, start=start) == ()
+    assert kinds_and_ends(plan_checkpoints(conversation.timeline, start=start)) == [
+        ("tail", len(conversation.timeline))
+    ]
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+@pytest.mark.parametrize("rounds", [0, 1, 2, 3, 4, 7])
+def test_never_more_than_three_timeline_checkpoints_at_increasing_stops(
+    conversation: ConversationBuilder, rounds: int, offset: int
+) -> None:
+    conversation.full_turn("turn_1", rounds=3).turn("turn_2")
+    for n in range(1, rounds + 1):
+        conversation.tool_round(f"c{n}")
+    checkpoints = plan_checkpoints(conversation.timeline, offset=offset)
+    ends = [cp.end for cp in checkpoints]
+    assert len(checkpoints) <= MAX_CACHE_BREAKPOINTS - 1
+    assert ends == sorted(set(ends))
+    stops = {stop for layout in conversation.timeline.turn_layouts() for stop in turn_stops(layout)}
+    assert set(ends) <= stops | {layout.start for layout in conversation.timeline.turn_layouts()}
 
 
 def test_editable_tail_starts_after_the_pre_tail_checkpoint(conversation: ConversationBuilder) -> None:

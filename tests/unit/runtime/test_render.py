@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from berth.runtime.announce import AnnounceState
 from berth.runtime.blocks import BlockType
 from berth.runtime.caching import MAX_CACHE_BREAKPOINTS, editable_tail_start
 from berth.runtime.plan import PlanBook, PlanCommand, apply_plan_command, apply_step_markers
+from berth.runtime.pruning import PRUNING_NOTICE
 from berth.runtime.render import BLOCK_SEPARATOR, RenderedPrompt, TimelineRenderer, render_block, render_timeline
 from berth.runtime.sources import Source, SourcesPool
 
@@ -30,13 +32,40 @@ def flat_prefix(prompt: RenderedPrompt) -> str:
     return BLOCK_SEPARATOR.join(prompt.cached_prefix())
 
 
+def breakpoint_prefixes(prompt: RenderedPrompt) -> dict[str, tuple[str, ...]]:
+    """The prefix (part texts) a provider caches at each breakpoint, by checkpoint kind."""
+    parts = prompt.parts()
+    return {
+        part.cache_checkpoint: tuple(p.text for p in parts[: index + 1])
+        for index, part in enumerate(parts)
+        if part.cache_checkpoint
+    }
+
+
 def test_sections_come_in_the_specified_order(conversation: ConversationBuilder, announce_state: AnnounceState) -> None:
     conversation.full_turn("turn_1", rounds=1).turn("turn_2").tool_round("c1")
     prompt = render(conversation.timeline, announce_state)
     assert [message.role for message in prompt.messages] == ["system", "user"]
-    sections = [part.section for part in prompt.parts()]
+    sections = [section for section, _ in itertools.groupby(part.section for part in prompt.parts())]
     assert sections == ["system", "history", "current_turn", "sources", "announce"]
     assert prompt.parts()[0].text == SYSTEM
+
+
+def test_each_turn_head_and_round_is_its_own_part(
+    conversation: ConversationBuilder, announce_state: AnnounceState
+) -> None:
+    conversation.full_turn("turn_1", rounds=2).turn("turn_2").tool_round("c1", result_parts=3)
+    parts = render(conversation.timeline, announce_state).parts()
+    firsts = [part.text.splitlines()[0] for part in parts if part.section in ("history", "current_turn")]
+    assert firsts == [
+        f"[TURN turn_1] started {firsts[0].split()[-1]}",
+        "[react.notes] ar:turn_1.react.notes.c1",
+        "[react.notes] ar:turn_1.react.notes.c2",
+        "[assistant.completion] ar:turn_1.assistant.completion",
+        f"[TURN turn_2] started {firsts[4].split()[-1]}",
+        "[react.notes] ar:turn_2.react.notes.c1",
+    ]
+    assert "fi:turn_2.outputs/c1/part2.txt" in parts[-3].text  # the whole multi-block result in one part
 
 
 def test_system_message_and_each_timeline_checkpoint_carry_a_breakpoint(
@@ -49,6 +78,37 @@ def test_system_message_and_each_timeline_checkpoint_carry_a_breakpoint(
     marks = [part.cache_checkpoint for part in prompt.parts() if part.cache_checkpoint]
     assert marks == ["system", "previous_turn", "pre_tail", "tail"]
     assert prompt.breakpoint_count() == MAX_CACHE_BREAKPOINTS
+
+
+def test_first_round_of_a_turn_spends_the_free_breakpoint_on_the_previous_turns_last_tail(
+    conversation: ConversationBuilder, announce_state: AnnounceState
+) -> None:
+    conversation.full_turn("turn_1", rounds=1).turn("turn_2").tool_round("c1").tool_round("c2")
+    last_request_of_turn_2 = render(conversation.timeline, announce_state)
+    conversation.final().turn("turn_3")
+    first_request_of_turn_3 = render(conversation.timeline, announce_state)
+    marks = [part.cache_checkpoint for part in first_request_of_turn_3.parts() if part.cache_checkpoint]
+    assert marks == ["system", "previous_turn_tail", "previous_turn", "tail"]
+    assert (
+        breakpoint_prefixes(first_request_of_turn_3)["previous_turn_tail"]
+        == (breakpoint_prefixes(last_request_of_turn_2)["tail"])
+    )
+
+
+def test_a_checkpoint_inside_a_pruned_card_is_left_out(
+    conversation: ConversationBuilder, announce_state: AnnounceState
+) -> None:
+    conversation.full_turn("turn_1", rounds=2).turn("turn_2")
+    prompt = render_timeline(
+        conversation.timeline,
+        system=SYSTEM,
+        sources=SourcesPool(),
+        announce=announce_state,
+        pruned_turns=frozenset({"turn_1"}),
+    )
+    assert [cp.kind for cp in prompt.checkpoints] == ["previous_turn", "tail"]
+    checkpointed = [part for part in prompt.parts() if part.cache_checkpoint == "previous_turn"]
+    assert [part.text for part in checkpointed] == [PRUNING_NOTICE]
 
 
 def test_sources_pool_and_announce_come_after_the_last_checkpoint(
@@ -198,3 +258,37 @@ def test_cached_prefix_is_byte_identical_whatever_the_clock_budget_plans_and_sou
         # A checkpoint ends a round: the next block never continues the same tool call.
         if checkpoint.end < len(blocks) and blocks[checkpoint.end].call_id is not None:
             assert blocks[checkpoint.end].call_id != blocks[checkpoint.end - 1].call_id
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shapes, st.integers(1, 3))
+def test_each_request_rereads_at_most_offset_plus_one_parts_of_the_timeline(
+    shape: list[list[int]], offset: int
+) -> None:
+    """Replays a conversation request by request through a strict prompt cache: a prefix is served only
+    at a breakpoint where an earlier request put one (same content blocks, same text). Each request
+    then re-reads at most ``offset + 1`` timeline parts (a head or a final answer, and rounds); the
+    first request of a turn re-reads only the previous final answer and the new head."""
+    state = AnnounceState(iteration=1, max_iterations=30, budget_tokens_left=1, now=T0, user_timezone="UTC")
+    conversation = ConversationBuilder()
+    renderer = TimelineRenderer()
+    written: set[tuple[str, ...]] = set()
+
+    def reread_parts() -> int:
+        prompt = renderer.render(
+            conversation.timeline, system=SYSTEM, sources=SourcesPool(), announce=state, offset=offset
+        )
+        assert prompt.breakpoint_count() <= MAX_CACHE_BREAKPOINTS
+        prefixes = breakpoint_prefixes(prompt).values()
+        served = max((len(prefix) for prefix in prefixes if prefix in written), default=1)
+        written.update(prefixes)
+        timeline_parts = [part for part in prompt.parts() if part.section in ("history", "current_turn")]
+        return 1 + len(timeline_parts) - served
+
+    for turn_number, rounds in enumerate(shape, start=1):
+        conversation.turn(f"turn_{turn_number}")
+        assert reread_parts() == (1 if turn_number == 1 else 2)
+        for round_number, parts in enumerate(rounds, start=1):
+            conversation.tool_round(f"c{round_number}", result_parts=parts)
+            assert reread_parts() <= offset + 1
+        conversation.final()

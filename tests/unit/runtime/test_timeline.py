@@ -150,3 +150,25 @@ def test_unhide_of_a_visible_block_is_refused(conversation: ConversationBuilder)
     with pytest.raises(TimelineError) as missing:
         conversation.timeline.unhide("tc:turn_1.c7.result")
     assert missing.value.code == "path_not_found"
+
+
+def test_layouts_stay_right_as_a_timeline_grows_is_hidden_and_compacted(conversation: ConversationBuilder) -> None:
+    timeline = conversation.timeline
+
+    def fresh() -> tuple[object, ...]:
+        return Timeline(timeline.blocks).turn_layouts()
+
+    conversation.full_turn("turn_1", rounds=2).turn("turn_2").tool_round("c1")
+    assert timeline.turn_layouts() == fresh()
+    conversation.tool_round("c2")  # the cached last turn grows
+    timeline.hide("tc:turn_2.c2.result", "hidden", editable_from=0)
+    assert timeline.turn_layouts() == fresh()
+    conversation.final().turn("turn_3")
+    assert timeline.turn_layouts() == fresh()
+    summary = conversation.block(
+        BlockType.CONV_RANGE_SUMMARY, "su:turn_3.conv.range.summary", text="turns 1-2", meta={}
+    )
+    timeline.replace_prefix(len(timeline) - 2, summary)
+    assert timeline.turn_layouts() == fresh()
+    assert timeline.latest_summary_index == 0
+    assert Timeline(timeline.blocks).latest_summary_index == 0

