@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -46,9 +46,15 @@ class Configuration:
     files or environment.
     """
 
-    def __init__(self, descriptors: DescriptorSet, resolver: SecretResolver) -> None:
+    def __init__(
+        self,
+        descriptors: DescriptorSet,
+        resolver: SecretResolver,
+        platform_overrides: Mapping[str, Any] | None = None,
+    ) -> None:
         self.descriptors = descriptors
         self.secret_resolver = resolver
+        self.platform_overrides = dict(platform_overrides or {})
         self._settings: dict[tuple[str | None, str | None], PlatformSettings] = {}
 
     @classmethod
@@ -58,10 +64,12 @@ class Configuration:
         *,
         secret_providers: Mapping[str, SecretProviderFactory] | None = None,
         display_root: str | None = None,
+        platform_overrides: Mapping[str, Any] | None = None,
     ) -> Configuration:
         """Load and check the descriptor set in ``root`` (None = embedded defaults).
 
-        Raises :class:`DescriptorError` listing every problem found.
+        ``platform_overrides`` is a layer of platform settings above every descriptor and below the
+        environment (``berth run --demo`` uses it). Raises :class:`DescriptorError` listing every problem.
         """
         providers = dict(secret_providers or {})
         descriptors = load_descriptor_set(root, secret_providers=providers, display_root=display_root)
@@ -72,7 +80,10 @@ class Configuration:
             providers=providers,
             provider_options=descriptors.assembly.platform.secret_providers,
         )
-        return cls(descriptors, resolver)
+        config = cls(descriptors, resolver, platform_overrides)
+        if platform_overrides:
+            config.settings_for()  # an invalid override is reported now, not at first use
+        return config
 
     def settings_for(self, tenant: str | None = None, project: str | None = None) -> PlatformSettings:
         """Effective platform settings of ``tenant``/``project`` (``None`` = platform level)."""
@@ -81,7 +92,9 @@ class Configuration:
         if cached is None:
             if tenant is not None:
                 require_scope(self.descriptors.assembly.tenants, tenant, project)
-            cached = resolve_platform_settings(self.descriptors.document("assembly.yaml"), tenant, project)
+            cached = resolve_platform_settings(
+                self.descriptors.document("assembly.yaml"), tenant, project, self.platform_overrides
+            )
             self._settings[key] = cached
         return cached
 

@@ -9,6 +9,7 @@ are the init source and the environment source ranks above them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +23,7 @@ from berth.config.models.assembly import OVERRIDABLE_SECTIONS, PlatformConfig
 from berth.config.yamlsource import LineMap, YamlDocument
 
 ENVIRONMENT_FILE = "environment"
+COMMAND_LINE_FILE = "command line"
 
 
 class PlatformSettings(BaseSettings, PlatformConfig):
@@ -69,14 +71,22 @@ def scope_layers(assembly: YamlDocument, tenant: str | None = None, project: str
 
 
 def resolve_platform_settings(
-    assembly: YamlDocument, tenant: str | None = None, project: str | None = None
+    assembly: YamlDocument,
+    tenant: str | None = None,
+    project: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> PlatformSettings:
     """Resolve the effective settings of ``tenant``/``project`` (``None`` = platform level).
+
+    ``overrides`` (from the command line, e.g. ``berth run --demo``) rank above the project and
+    below the environment.
 
     Raises :class:`DescriptorError` whose problems name the layer (file and line, or environment
     variable) that set each invalid value.
     """
     layers = scope_layers(assembly, tenant, project)
+    if overrides:
+        layers.append(Layer(COMMAND_LINE_FILE, (), overrides))
     merged = deep_merge(*(layer.data for layer in layers))
     try:
         return PlatformSettings(**merged)

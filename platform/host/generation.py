@@ -18,6 +18,7 @@ from berth.bundle.knowledge import KnowledgeDocument, KnowledgeSpace
 from berth.bundle.skills import Skill
 from berth.bundle.widgets import Widget
 from berth.tools.catalog import ToolCatalog
+from berth.tools.mcp import McpToolManager
 
 SourceKind = Literal["entry_point", "path"]
 
@@ -124,6 +125,7 @@ class BundleGeneration:
     skills: dict[str, Skill]
     knowledge: dict[str, KnowledgeIndex]
     widgets: dict[str, Widget]
+    mcp: McpToolManager | None = None
     loaded_at: float = field(default_factory=time.time)
     users: int = 0
     retired: bool = False

@@ -35,6 +35,7 @@ from berth.host.importer import (
 )
 from berth.tools.catalog import CatalogError, build_catalog
 from berth.tools.contributions import merge_tool_contributions
+from berth.tools.mcp import McpToolManager
 
 
 def bundle_folder(config: Configuration, entry: BundleEntry) -> Path:
@@ -157,6 +158,10 @@ async def _validate(
     except Exception as exc:
         raise failure("bundle_on_load_failed", exc, "berth_on_load(ctx)") from None
     source = entry.source.entry_point or str(bundle_folder(config, entry))
+    servers = [e.server for e in catalog if e.server is not None]
+    mcp = McpToolManager(servers, context.secret) if servers else None
+    if mcp is not None:
+        mcp.start_loading()  # list the servers' tools in the background; turns wait at most a connect timeout
     return BundleGeneration(
         bundle_id=bundle_id,
         number=number,
@@ -172,6 +177,7 @@ async def _validate(
         skills=skills,
         knowledge=knowledge,
         widgets=widgets,
+        mcp=mcp,
     )
 
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
@@ -29,6 +30,7 @@ from berth.runtime.blocks import Block, BlockType
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
 from berth.runtime.events import EventSink, TurnEvent
+from berth.runtime.mcp_tools import add_mcp_tools
 from berth.runtime.memory import MemorySearch
 from berth.runtime.paths import RecordPath, ToolCallPath
 from berth.runtime.persistence import TurnRecorder, restore_conversation
@@ -51,7 +53,7 @@ from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace
 from berth.storage.conversations import ArtifactWrite, ConversationStore
 from berth.storage.scope import ConversationScope
-from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, CitationSource, StreamEvent
+from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, CitationSource, StreamEvent, render_citations
 from berth.tools.catalog import build_catalog
 from berth.tools.contributions import merge_tool_contributions
 from berth.tools.packs import PackContext, ToolPackFactory
@@ -176,7 +178,7 @@ class TurnRunner:
                     "turn_id": turn.turn_id,
                     "bundle": generation.bundle_id,
                     "generation": generation.number,
-                    "model": model_ref.model,
+                    "model": model_label(model_ref),
                 },
             )
         )
@@ -213,7 +215,7 @@ class TurnRunner:
                 usage=usage,
                 rounds=rounds,
                 generation=generation.number,
-                model=model_ref.model,
+                model=model_label(model_ref),
                 error=error,
             )
             try:
@@ -228,7 +230,7 @@ class TurnRunner:
                         "turn.completed",
                         {
                             "turn_id": turn.turn_id,
-                            "answer": answer,
+                            "answer": render_citations(answer, _citation_lookup(state.sources)) if answer else answer,
                             "followups": list(result.followups),
                             "sources_used": list(used),
                             "usage": usage.model_dump(),
@@ -247,7 +249,7 @@ class TurnRunner:
             except Exception as exc:
                 error = {"code": "turn_vetoed", "message": f"the bundle refused this turn: {exc}"}
                 return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
-            toolbox = self._toolbox(
+            toolbox = await self._toolbox(
                 generation, context, bundle, agent.tools if agent else None, with_memory=memory is not None
             )
             if agent is None:
@@ -377,10 +379,7 @@ class TurnRunner:
     async def _call_model(
         self, provider: ModelProvider, model_ref: ModelRef, prompt: RenderedPrompt, state: TurnState, emit: EventSink
     ) -> tuple[Any, ModelCompleted]:
-        lookup = {
-            row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url)
-            for row in state.sources.citable_rows()
-        }
+        lookup = _citation_lookup(state.sources)
 
         async def forward(event: StreamEvent) -> None:
             if isinstance(event, ChannelDelta) and event.marker:
@@ -704,7 +703,7 @@ class TurnRunner:
             data={
                 "bundle": generation.bundle_id,
                 "generation": generation.number,
-                "model": model_ref.model,
+                "model": model_label(model_ref),
                 "pruned": sorted(pruned),
             },
         )
@@ -739,7 +738,7 @@ class TurnRunner:
         merged = {**context.settings.react.model_dump(), **dict(overrides)}
         return ReactConfig.model_validate(merged)
 
-    def _toolbox(
+    async def _toolbox(
         self,
         generation: BundleGeneration,
         context: BundleContext,
@@ -772,8 +771,8 @@ class TurnRunner:
                 for spec in pack.tools:
                     toolbox.add(function_tool(f"{entry.pack.id}.{spec.name}", spec))
                 toolbox.inactive.update(pack.inactive)
-            elif entry.server is not None:
-                toolbox.inactive[f"mcp.{entry.server.alias}.*"] = "MCP servers are not connected on this host yet"
+        if generation.mcp is not None:
+            await add_mcp_tools(toolbox, generation.mcp)
         for tool in react_tools(bundle, with_memory=with_memory):
             toolbox.add(tool)
         toolbox.restrict(allowed)
@@ -862,3 +861,16 @@ def _pruned_by_previous_turn(timeline: Any) -> frozenset[str]:
             pruned = block.data.get("pruned")
             return frozenset(str(t) for t in pruned) if isinstance(pruned, list) else frozenset()
     return frozenset()
+
+
+def model_label(model_ref: ModelRef) -> str:
+    """What clients and logs see of the model: ``provider:model``, never a local file path."""
+    name = PurePath(model_ref.model).name if "/" in model_ref.model else model_ref.model
+    return f"{model_ref.provider}:{name}"
+
+
+def _citation_lookup(sources: SourcesPool) -> dict[int, CitationSource]:
+    """The citable rows of the pool, as the citation renderer needs them."""
+    return {
+        row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url) for row in sources.citable_rows()
+    }

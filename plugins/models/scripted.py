@@ -112,6 +112,7 @@ class _ScriptFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, ge=1)
+    repeat: bool = False
     responses: list[str | ScriptEntry]
 
 
@@ -122,8 +123,8 @@ def _entries(items: Iterable[str | ScriptEntry]) -> list[ScriptEntry]:
     return [ScriptEntry(text=item) if isinstance(item, str) else item for item in items]
 
 
-def load_script(path: Path) -> tuple[list[ScriptEntry], int]:
-    """Read a YAML or JSON script; return its entries and chunk size.
+def load_script(path: Path) -> tuple[list[ScriptEntry], int, bool]:
+    """Read a YAML or JSON script; return its entries, chunk size and whether it repeats.
 
     :raises ModelProviderError: ``script_invalid``, naming the file and what is wrong.
     """
@@ -141,8 +142,8 @@ def load_script(path: Path) -> tuple[list[ScriptEntry], int]:
         )
         raise ModelProviderError("script_invalid", f"script {path} is not a valid script: {detail}") from None
     if isinstance(parsed, _ScriptFile):
-        return _entries(parsed.responses), parsed.chunk_size
-    return _entries(parsed), DEFAULT_CHUNK_SIZE
+        return _entries(parsed.responses), parsed.chunk_size, parsed.repeat
+    return _entries(parsed), DEFAULT_CHUNK_SIZE, False
 
 
 class ScriptedProvider:
@@ -154,7 +155,12 @@ class ScriptedProvider:
     """
 
     def __init__(
-        self, responses: Sequence[str | ScriptEntry], *, chunk_size: int = DEFAULT_CHUNK_SIZE, name: str = "script"
+        self,
+        responses: Sequence[str | ScriptEntry],
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        name: str = "script",
+        repeat: bool = False,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -162,14 +168,15 @@ class ScriptedProvider:
         self._chunk_size = chunk_size
         self._name = name
         self._next = 0
+        self._repeat = repeat
         self.requests: list[ModelRequest] = []
         """Every request received, in order (including those answered with a scripted error)."""
 
     @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
         """Load a YAML or JSON script (see :func:`load_script`)."""
-        entries, chunk_size = load_script(path)
-        return cls(entries, chunk_size=chunk_size, name=str(path))
+        entries, chunk_size, repeat = load_script(path)
+        return cls(entries, chunk_size=chunk_size, name=str(path), repeat=repeat)
 
     @property
     def remaining(self) -> int:
@@ -188,6 +195,8 @@ class ScriptedProvider:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Replay the next scripted response (see :meth:`berth.models.protocol.ModelProvider.stream`)."""
         self.requests.append(request)
+        if self._repeat and self._entries and self._next >= len(self._entries):
+            self._next = 0  # a demo script starts over
         if self._next >= len(self._entries):
             raise ModelProviderError(
                 "script_exhausted",

@@ -19,9 +19,10 @@ from berth.plugins.models.scripted import ScriptedProvider
 from berth.plugins.storage.sqlite import SqliteConversationStore
 from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.runtime.events import TurnEvent
-from berth.runtime.loop import TurnInput, TurnResult, TurnRunner
+from berth.runtime.loop import ModelResolver, TurnInput, TurnResult, TurnRunner
 from berth.runtime.memory import HashedNgramEmbedder, MemorySearch
 from berth.storage.scope import ConversationScope
+from berth.tools.packs import ToolPackFactory
 
 
 def action(tool_id: str, notes: str = "", **params: Any) -> str:
@@ -119,11 +120,22 @@ def write_descriptors(root: Path, bundles: Mapping[str, Any], react: Mapping[str
 
 @asynccontextmanager
 async def turn_harness(
-    tmp_path: Path, bundles: Mapping[str, Any], react: Mapping[str, Any] | None = None, chunk_size: int = 7
+    tmp_path: Path,
+    bundles: Mapping[str, Any],
+    react: Mapping[str, Any] | None = None,
+    chunk_size: int = 7,
+    *,
+    models: ModelResolver | None = None,
+    tool_packs: Mapping[str, ToolPackFactory] | None = None,
 ) -> AsyncIterator[TurnHarness]:
-    """Start the stack; close it afterwards."""
+    """Start the stack; close it afterwards.
+
+    :param models: resolves model roles instead of the scripted ``model``/``summarizer`` pair (a real
+        provider against a fake server); the scripted providers are still created, and stay unused.
+    :param tool_packs: the host's tool packs (``{"web": factory}``); bundles may enable only these.
+    """
     config = Configuration.load(write_descriptors(tmp_path / "descriptors", bundles, react))
-    registry = BundleRegistry(config)
+    registry = BundleRegistry(config, known_tool_packs=set(tool_packs) if tool_packs is not None else None)
     outcomes = await registry.start()
     assert all(o.ok for o in outcomes), outcomes
     store = SqliteConversationStore(tmp_path / "var")
@@ -135,13 +147,20 @@ async def turn_harness(
     clock = Clock()
     default_ref = ModelRef(provider="scripted", model="script")
 
-    def models(role: str | None) -> tuple[ModelRef, Any]:
+    def scripted_models(role: str | None) -> tuple[ModelRef, Any]:
         return (default_ref, summarizer if role == "summarizer" else model)
 
     def memory(scope: ConversationScope) -> MemorySearch:
         return MemorySearch(index, HashedNgramEmbedder(), scope=scope)
 
-    runner = TurnRunner(store=store, models=models, memory=memory, clock=clock, result_preview_chars=400)
+    runner = TurnRunner(
+        store=store,
+        models=models or scripted_models,
+        tool_packs=tool_packs,
+        memory=memory,
+        clock=clock,
+        result_preview_chars=400,
+    )
     scope = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="conv1")
     try:
         yield TurnHarness(registry, runner, model, summarizer, store, clock, scope)

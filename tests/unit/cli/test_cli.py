@@ -119,3 +119,18 @@ def test_example_descriptors_validate_against_their_schemas(repo_root: Path) -> 
     for file_name, schema in descriptor_schemas().items():
         path = repo_root / "descriptors" / file_name
         jsonschema.validate(parse_yaml_text(path.read_text(), file_name).data, schema)
+
+
+def test_run_refuses_to_start_without_the_models_key(repo_root: Path, tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = berth_cli("run", "--descriptors", str(repo_root / "descriptors"), "--var", str(tmp_path / "var"), env=env)
+    assert result.returncode == 2
+    assert "ANTHROPIC_API_KEY" in result.stderr
+    assert "berth run --demo" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_refuses_open_auth_off_loopback(tmp_path: Path) -> None:
+    result = berth_cli("run", "--demo", "--host", "0.0.0.0", "--var", str(tmp_path / "var"), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "auth mode 'none' may only listen on loopback" in result.stderr

@@ -21,6 +21,7 @@ from berth.models import (
 )
 from berth.plugins.models import scripted
 from berth.plugins.models.scripted import ScriptedProvider, create_scripted_provider
+from berth.runtime.render import RenderedPrompt
 
 
 @pytest.fixture
@@ -115,9 +116,21 @@ async def test_a_yaml_script_is_loaded_through_the_factory(tmp_path: Path, reque
 def test_a_json_list_script_is_loaded(tmp_path: Path) -> None:
     script = tmp_path / "demo.json"
     script.write_text(json.dumps(["a", {"text": "b"}]), encoding="utf-8")
-    entries, chunk_size = scripted.load_script(script)
+    entries, chunk_size, repeat = scripted.load_script(script)
     assert [entry.text for entry in entries] == ["a", "b"]
     assert chunk_size == scripted.DEFAULT_CHUNK_SIZE
+    assert repeat is False
+
+
+async def test_a_repeating_script_starts_over(tmp_path: Path) -> None:
+    script = tmp_path / "demo.yaml"
+    script.write_text("repeat: true\nresponses: [one, two]\n", encoding="utf-8")
+    provider = scripted.ScriptedProvider.from_file(script)
+    texts = []
+    for _ in range(3):
+        request = ModelRequest(prompt=RenderedPrompt(messages=(), checkpoints=(), start=0))
+        texts.append("".join([e.text async for e in provider.stream(request) if isinstance(e, TextDelta)]))
+    assert texts == ["one", "two", "one"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,76 @@
+"""Who is calling: API keys from ``gateway.yaml`` (SHA-256, compared in constant time), scoped to a
+tenant and its projects; ``auth: none`` makes every caller the local admin (loopback only)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from berth.api.errors import ApiError, not_found
+from berth.config.descriptors import DescriptorSet
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller."""
+
+    key_id: str
+    tenant: str
+    projects: frozenset[str] | None
+    roles: frozenset[str]
+
+    @property
+    def user_id(self) -> str:
+        """Whose conversations these are (one user per API key)."""
+        return self.key_id
+
+    @property
+    def is_admin(self) -> bool:
+        """May use ``/v1/admin/*``."""
+        return "admin" in self.roles
+
+    def may_use(self, tenant: str, project: str) -> bool:
+        """True when the key covers ``tenant``/``project``."""
+        if self.tenant not in ("*", tenant):
+            return False
+        return self.projects is None or project in self.projects
+
+
+LOCAL_CALLER = Caller(key_id="local", tenant="*", projects=None, roles=frozenset({"user", "admin"}))
+
+
+def authenticate(request: Request, descriptors: DescriptorSet) -> Caller:
+    """The caller of ``request``; 401 without a valid ``Authorization: Bearer <key>``."""
+    auth = descriptors.gateway.auth
+    if auth.mode == "none":
+        return LOCAL_CALLER
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(
+            401, "unauthorized", "send 'Authorization: Bearer <api key>'", headers={"WWW-Authenticate": "Bearer"}
+        )
+    digest = hashlib.sha256(key.strip().encode()).hexdigest()
+    found = None
+    for candidate in auth.keys:  # compare with every key, so timing says nothing about which matched
+        if hmac.compare_digest(candidate.sha256, digest):
+            found = candidate
+    if found is None:
+        raise ApiError(401, "unauthorized", "unknown API key", headers={"WWW-Authenticate": "Bearer"})
+    projects = frozenset(found.projects) if found.projects is not None else None
+    return Caller(key_id=found.id, tenant=found.tenant, projects=projects, roles=frozenset(found.roles))
+
+
+def require_scope(caller: Caller, descriptors: DescriptorSet, tenant: str, project: str) -> None:
+    """404 unless the scope is declared and the caller's key covers it (never says which)."""
+    if not descriptors.assembly.has_scope(tenant, project) or not caller.may_use(tenant, project):
+        raise not_found(f"project {tenant}/{project}")
+
+
+def require_admin(caller: Caller) -> None:
+    """403 for a key without the admin role."""
+    if not caller.is_admin:
+        raise ApiError(403, "forbidden", "this API key has no admin role")

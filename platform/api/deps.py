@@ -1,0 +1,46 @@
+"""Request dependencies: the host services and the authenticated caller."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from berth.api.auth import Caller, authenticate, require_admin, require_scope
+from berth.api.services import HostServices
+from berth.storage.scope import ConversationScope
+
+
+def services(request: Request) -> HostServices:
+    """The app's :class:`HostServices`."""
+    found: HostServices = request.app.state.services
+    return found
+
+
+def caller(request: Request) -> Caller:
+    """The authenticated caller (401 otherwise)."""
+    return authenticate(request, services(request).config.descriptors)
+
+
+def scoped_caller(request: Request, tenant: str, project: str) -> Caller:
+    """The caller, checked against ``tenant``/``project`` (404 when not covered)."""
+    who = caller(request)
+    require_scope(who, services(request).config.descriptors, tenant, project)
+    return who
+
+
+def admin_caller(request: Request) -> Caller:
+    """The caller, who must have the admin role (403 otherwise)."""
+    who = caller(request)
+    require_admin(who)
+    return who
+
+
+def conversation_scope(who: Caller, tenant: str, project: str, conversation_id: str) -> ConversationScope:
+    """The storage scope of one of the caller's conversations (ids validated: 404 when malformed)."""
+    from pydantic import ValidationError
+
+    from berth.api.errors import not_found
+
+    try:
+        return ConversationScope(tenant=tenant, project=project, user_id=who.user_id, conversation_id=conversation_id)
+    except ValidationError:
+        raise not_found(f"conversation {conversation_id}") from None

@@ -1,0 +1,91 @@
+"""API errors: one JSON shape, ``{"error": {"code", "message", "details"}}``, never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from berth.config.errors import ConfigError
+from berth.config.redaction import redact
+
+log = logging.getLogger(__name__)
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client with ``status`` and a stable ``code``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+        self.headers = headers
+        super().__init__(message)
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body of an error."""
+    return {"error": {"code": code, "message": redact(message), "details": details or {}}}
+
+
+def not_found(what: str) -> ApiError:
+    """404 that says what was not found (the same for "exists elsewhere" and "does not exist")."""
+    return ApiError(404, "not_found", f"{what} not found")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error with the JSON shape above."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"field": ".".join(str(p) for p in error["loc"] if p != "body"), "message": error["msg"]}
+            for error in exc.errors()
+        ]
+        message = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems)
+        return JSONResponse(error_body("invalid_request", message, {"problems": problems}), status_code=422)
+
+    @app.exception_handler(ConfigError)
+    async def config_error(request: Request, exc: ConfigError) -> JSONResponse:
+        status = 404 if exc.code in {"unknown_scope", "bundle_not_visible", "bundle_unknown"} else 503
+        return JSONResponse(error_body(exc.code, str(exc)), status_code=status)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body("internal_error", "the server failed; the error is logged"), status_code=500)

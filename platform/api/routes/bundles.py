@@ -1,0 +1,142 @@
+"""Bundle surfaces: the caller's bundles, bundle ops routes, widget files."""
+
+from __future__ import annotations
+
+import mimetypes
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, Response
+
+from berth.api.auth import Caller
+from berth.api.deps import caller, scoped_caller, services
+from berth.api.errors import ApiError, not_found
+from berth.api.schemas import BundleOut, WidgetOut
+from berth.api.services import HostServices
+from berth.host.generation import BundleGeneration
+
+router = APIRouter(tags=["bundles"])
+Services = Annotated[HostServices, Depends(services)]
+ScopedCaller = Annotated[Caller, Depends(scoped_caller)]
+
+
+@router.get("/v1/me")
+async def who_am_i(request: Request, host: Services) -> dict[str, Any]:
+    """What the caller's key covers: tenant (``*`` = any), projects (None = all), roles, and the scopes it can use."""
+    who = caller(request)
+    scopes = [f"{t}/{p}" for t, p in host.config.descriptors.assembly.scopes() if who.may_use(t, p)]
+    return {
+        "key_id": who.key_id,
+        "tenant": who.tenant,
+        "projects": sorted(who.projects) if who.projects else None,
+        "roles": sorted(who.roles),
+        "scopes": scopes,
+    }
+
+
+@router.get("/v1/{tenant}/{project}/bundles", response_model=list[BundleOut])
+async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Services) -> list[BundleOut]:
+    """The bundles this caller may use here, with their widgets."""
+    scope = host.config.descriptors.scope_bundles(tenant, project)
+    statuses = {status.id: status for status in host.registry.statuses()}
+    out = []
+    for bundle_id in scope.bundles:
+        status = statuses.get(bundle_id)
+        try:
+            generation: BundleGeneration | None = host.registry.current(bundle_id)
+        except Exception:
+            generation = None
+        widgets = [
+            WidgetOut(alias=w.alias, title=w.title, icon=w.icon, url=f"/b/{bundle_id}/widgets/{w.alias}/")
+            for w in (generation.widgets.values() if generation else [])
+        ]
+        out.append(
+            BundleOut(
+                id=bundle_id,
+                title=(generation.info.title if generation else "") or bundle_id,
+                description=generation.info.description if generation else "",
+                version=generation.info.version if generation else None,
+                default=bundle_id == (scope.default_bundle or scope.bundles[0]),
+                state=status.state if status else "not_loaded",
+                widgets=widgets,
+            )
+        )
+    return out
+
+
+@router.get("/b/{bundle_id}/widgets/{alias}/{path:path}", include_in_schema=True)
+def widget_file(bundle_id: str, alias: str, path: str, host: Services) -> Response:
+    """A widget's static file; paths never leave the widget's folder."""
+    try:
+        generation = host.registry.current(bundle_id)
+    except Exception:
+        raise not_found(f"bundle {bundle_id}") from None
+    widget = generation.widgets.get(alias)
+    if widget is None:
+        raise not_found(f"widget {alias}")
+    if widget.html is not None:
+        if path not in ("", "index.html"):
+            raise not_found(f"widget file {path}")
+        return HTMLResponse(widget.html)
+    assert widget.static_dir is not None
+    root = Path(widget.static_dir).resolve()
+    target = (root / (path or "index.html")).resolve()
+    if "\x00" in path or not target.is_relative_to(root):
+        raise ApiError(404, "not_found", "widget file not found")
+    if target.is_dir():
+        target = target / "index.html"
+    if not target.is_file():
+        raise not_found(f"widget file {path}")
+    mime = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+    return Response(target.read_bytes(), media_type=mime, headers={"X-Content-Type-Options": "nosniff"})
+
+
+_OPS_APPS: dict[int, FastAPI] = {}
+
+
+def _ops_app(generation: BundleGeneration, host: HostServices, tenant: str, project: str) -> FastAPI | None:
+    context = host.registry.context_for(generation, tenant, project)
+    routes = generation.hooks.routes(context)
+    if routes is None:
+        return None
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    app.include_router(routes)
+    return app
+
+
+@router.api_route(
+    "/v1/{tenant}/{project}/bundles/{bundle_id}/ops/{path:path}",
+    methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+    include_in_schema=False,
+)
+async def bundle_ops(
+    tenant: str, project: str, bundle_id: str, path: str, request: Request, who: ScopedCaller, host: Services
+) -> Response:
+    """Dispatch to the bundle's own ``berth_routes`` (its current generation), authenticated and scoped."""
+    if bundle_id not in host.config.descriptors.visible_bundles(tenant, project):
+        raise not_found(f"bundle {bundle_id}")
+    generation = host.registry.current(bundle_id)
+    app = _ops_app(generation, host, tenant, project)
+    if app is None:
+        raise not_found(f"bundle {bundle_id} has no ops routes")
+    scope: dict[str, Any] = dict(request.scope)
+    scope["path"] = "/" + path
+    scope["raw_path"] = scope["path"].encode()
+    scope["root_path"] = ""
+    body = await request.body()
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    headers = {k.decode(): v.decode() for k, v in start.get("headers", []) if k.lower() != b"content-length"}
+    return Response(content, status_code=start["status"], headers=headers)

@@ -1,0 +1,324 @@
+"""Conversations, turns, events, feedback and files (SPEC §5.2, §9)."""
+
+from __future__ import annotations
+
+import mimetypes
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from berth.api.attachments import check_attachment
+from berth.api.auth import Caller
+from berth.api.deps import conversation_scope, scoped_caller, services
+from berth.api.errors import ApiError, not_found
+from berth.api.schemas import (
+    Citation,
+    ConversationDetail,
+    ConversationOut,
+    ConversationPage,
+    CreateConversation,
+    FeedbackIn,
+    FeedbackOut,
+    FeedbackReport,
+    StartTurn,
+    TurnOut,
+    TurnStarted,
+)
+from berth.api.services import HostServices, new_id
+from berth.api.sse import parse_last_event_id
+from berth.runtime.blocks import BlockType
+from berth.runtime.paths import FilePath, LogicalPathError, parse_path
+from berth.runtime.persistence import restore_conversation
+from berth.storage.conversations import StorageError
+from berth.storage.meta import ConversationMeta, Feedback
+from berth.storage.scope import OwnerScope
+from berth.streaming import CitationSource, cited_sids, render_citations
+
+router = APIRouter(prefix="/v1/{tenant}/{project}", tags=["conversations"])
+Services = Annotated[HostServices, Depends(services)]
+ScopedCaller = Annotated[Caller, Depends(scoped_caller)]
+
+
+def _out(meta: ConversationMeta) -> ConversationOut:
+    return ConversationOut(
+        id=meta.scope.conversation_id,
+        title=meta.title,
+        bundle=meta.bundle,
+        created_at=meta.created_at,
+        updated_at=meta.updated_at,
+    )
+
+
+async def _conversation(
+    host: HostServices, who: Caller, tenant: str, project: str, conversation_id: str
+) -> ConversationMeta:
+    scope = conversation_scope(who, tenant, project, conversation_id)
+    assert host.meta is not None
+    meta = await host.meta.get_conversation(scope)
+    if meta is None:
+        raise not_found(f"conversation {conversation_id}")
+    return meta
+
+
+def _bundle_for(host: HostServices, tenant: str, project: str, requested: str | None, fallback: str | None) -> str:
+    visible = host.config.descriptors.scope_bundles(tenant, project)
+    bundle = requested or fallback or visible.default_bundle or (visible.bundles[0] if visible.bundles else None)
+    if bundle is None or bundle not in visible.bundles:
+        raise ApiError(404, "bundle_not_found", f"bundle {bundle!r} is not available in {tenant}/{project}")
+    return bundle
+
+
+@router.post("/conversations", status_code=201, response_model=ConversationOut)
+async def create_conversation(
+    tenant: str, project: str, body: CreateConversation, who: ScopedCaller, host: Services
+) -> ConversationOut:
+    """Create a conversation (optionally with a title and a bundle)."""
+    bundle = _bundle_for(host, tenant, project, body.bundle, None) if body.bundle else None
+    now = datetime.now(UTC)
+    meta = ConversationMeta(conversation_scope(who, tenant, project, new_id("c")), body.title, bundle, now, now)
+    assert host.meta is not None
+    await host.meta.create_conversation(meta)
+    return _out(meta)
+
+
+@router.get("/conversations", response_model=ConversationPage)
+async def list_conversations(
+    tenant: str,
+    project: str,
+    who: ScopedCaller,
+    host: Services,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    before: datetime | None = None,
+) -> ConversationPage:
+    """The caller's conversations, most recently active first."""
+    assert host.meta is not None
+    owner = OwnerScope(tenant=tenant, project=project, user_id=who.user_id)
+    items = await host.meta.list_conversations(owner, limit=limit + 1, before=before)
+    page = items[:limit]
+    return ConversationPage(
+        items=[_out(m) for m in page], next_before=page[-1].updated_at if len(items) > limit else None
+    )
+
+
+@router.get("/conversations/{conversation_id}", response_model=ConversationDetail)
+async def get_conversation(
+    tenant: str, project: str, conversation_id: str, who: ScopedCaller, host: Services
+) -> ConversationDetail:
+    """A conversation with its turns: prompts, answers, citations, attachments, feedback."""
+    meta = await _conversation(host, who, tenant, project, conversation_id)
+    assert host.store is not None and host.meta is not None
+    handle = host.store.conversation(meta.scope)
+    snapshot = await handle.load()
+    restored = await restore_conversation(handle, now=datetime.now(UTC)) if snapshot.timeline_json else None
+    feedback = await host.meta.feedback_for(meta.scope)
+    states = {turn.turn_id: turn for turn in snapshot.turns}
+    turns: list[TurnOut] = []
+    if restored is not None:
+        for layout in restored.timeline.turn_layouts():
+            blocks = restored.timeline.blocks[layout.start : layout.end]
+            prompt = next((b.text for b in blocks if b.type == BlockType.USER_PROMPT), None)
+            answer = next((b.text for b in blocks if b.type == BlockType.ASSISTANT_COMPLETION), None)
+            followups = next((b.data for b in blocks if b.type == BlockType.ASSISTANT_FOLLOWUPS), None)
+            citations = [
+                Citation(sid=row.sid, url=row.url, title=row.title)
+                for sid in cited_sids(answer or "")
+                if (row := restored.sources.get(sid)) is not None
+            ]
+            record = states.get(layout.turn_id)
+            lookup = {
+                row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url)
+                for row in restored.sources.citable_rows()
+            }
+            turns.append(
+                TurnOut(
+                    turn_id=layout.turn_id,
+                    state=record.state if record else "completed",
+                    prompt=prompt,
+                    answer=render_citations(answer, lookup) if answer else answer,
+                    followups=_followups(followups),
+                    citations=citations,
+                    attachments=[
+                        {"name": b.meta.get("name"), "mime": b.mime, "size": b.meta.get("size"), "path": b.path}
+                        for b in blocks
+                        if b.type == BlockType.USER_ATTACHMENT
+                    ],
+                    feedback=[
+                        FeedbackOut(reaction=f.reaction, text=f.text, origin=f.origin, created_at=f.created_at)
+                        for f in feedback
+                        if f.turn_id == layout.turn_id
+                    ],
+                    started_at=record.started_at if record else None,
+                )
+            )
+    return ConversationDetail(**_out(meta).model_dump(), turns=turns)
+
+
+def _followups(data: object) -> list[str]:
+    items = data.get("followups") if isinstance(data, dict) else None
+    return [str(item) for item in items] if isinstance(items, list) else []
+
+
+async def _turn_request(request: Request, host: HostServices) -> tuple[StartTurn, tuple[tuple[str, str, bytes], ...]]:
+    limits = host.config.descriptors.gateway
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limits.limits.default.max_body_bytes:
+        raise ApiError(
+            413, "payload_too_large", f"the body is {declared} bytes (limit {limits.limits.default.max_body_bytes})"
+        )
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await request.form(max_files=20, max_fields=20)
+        fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+        attachments = []
+        total = 0
+        for _, upload in form.multi_items():
+            if isinstance(upload, str):
+                continue
+            data = await upload.read()
+            total += len(data)
+            if total > limits.attachments.max_message_bytes:
+                raise ApiError(
+                    413, "attachments_too_large", f"attachments exceed {limits.attachments.max_message_bytes} bytes"
+                )
+            name, mime = check_attachment(upload.filename or "attachment", data, limits.attachments)
+            attachments.append((name, mime, data))
+        return StartTurn.model_validate(fields), tuple(attachments)
+    if not content_type.startswith("application/json"):
+        raise ApiError(415, "unsupported_media_type", "send application/json, or multipart/form-data with files")
+    body = await request.body()
+    if len(body) > limits.limits.default.max_body_bytes:
+        raise ApiError(413, "payload_too_large", "the body is too large")
+    try:
+        return StartTurn.model_validate_json(body), ()
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", f"invalid turn request: {exc}".splitlines()[0]) from None
+
+
+@router.post("/conversations/{conversation_id}/turns", status_code=202, response_model=TurnStarted)
+async def start_turn(
+    tenant: str, project: str, conversation_id: str, request: Request, who: ScopedCaller, host: Services
+) -> TurnStarted:
+    """Start a turn; it runs in the background and streams its events at ``events_url``."""
+    meta = await _conversation(host, who, tenant, project, conversation_id)
+    body, attachments = await _turn_request(request, host)
+    bundle = _bundle_for(host, tenant, project, body.bundle, meta.bundle)
+    assert host.store is not None
+    if body.turn_id is not None:
+        snapshot = await host.store.conversation(meta.scope).load()
+        if any(turn.turn_id == body.turn_id for turn in snapshot.turns):
+            raise ApiError(409, "turn_exists", f"turn id {body.turn_id} is already used in this conversation")
+    running = await host.start_turn(
+        meta.scope, bundle, body.message, turn_id=body.turn_id, attachments=attachments, user_timezone=body.timezone
+    )
+    url = f"/v1/{tenant}/{project}/conversations/{conversation_id}/turns/{running.turn_id}/events"
+    return TurnStarted(turn_id=running.turn_id, events_url=url)
+
+
+@router.get(
+    "/conversations/{conversation_id}/turns/{turn_id}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def turn_events(
+    tenant: str, project: str, conversation_id: str, turn_id: str, request: Request, who: ScopedCaller, host: Services
+) -> StreamingResponse:
+    """The turn's events as SSE; reconnect with ``Last-Event-ID`` to resume without loss or duplicates."""
+    running = host.turn_in_scope(conversation_scope(who, tenant, project, conversation_id), turn_id)
+    after = parse_last_event_id(
+        turn_id, request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    )
+    return StreamingResponse(
+        running.log.frames(after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post("/conversations/{conversation_id}/turns/{turn_id}/cancel", status_code=202)
+async def cancel_turn(
+    tenant: str, project: str, conversation_id: str, turn_id: str, who: ScopedCaller, host: Services
+) -> dict[str, Any]:
+    """Cancel a running turn: the model stream and the running tool stop; the turn is recorded as cancelled."""
+    running = host.turn_in_scope(conversation_scope(who, tenant, project, conversation_id), turn_id)
+    was_running = running.task is not None and not running.task.done()
+    if was_running and running.task is not None:
+        running.task.cancel()
+    return {"turn_id": turn_id, "cancelled": was_running}
+
+
+@router.post("/conversations/{conversation_id}/turns/{turn_id}/feedback", response_model=FeedbackOut)
+async def give_feedback(
+    tenant: str, project: str, conversation_id: str, turn_id: str, body: FeedbackIn, who: ScopedCaller, host: Services
+) -> FeedbackOut:
+    """Record the user's reaction to a turn (replaces their earlier one)."""
+    meta = await _conversation(host, who, tenant, project, conversation_id)
+    assert host.store is not None and host.meta is not None
+    snapshot = await host.store.conversation(meta.scope).load()
+    if not any(turn.turn_id == turn_id for turn in snapshot.turns):
+        raise not_found(f"turn {turn_id}")
+    feedback = Feedback(meta.scope, turn_id, body.reaction, body.text, "user", datetime.now(UTC))
+    await host.meta.put_feedback(feedback)
+    return FeedbackOut(reaction=feedback.reaction, text=feedback.text, origin="user", created_at=feedback.created_at)
+
+
+@router.get("/feedback", response_model=FeedbackReport)
+async def feedback_report(
+    tenant: str,
+    project: str,
+    who: ScopedCaller,
+    host: Services,
+    start: Annotated[datetime, Query(alias="from")],
+    end: Annotated[datetime, Query(alias="to")],
+) -> FeedbackReport:
+    """Turns with feedback in ``[from, to)`` and the satisfaction rate (ok / (ok + not_ok))."""
+    if not who.is_admin and who.tenant == "*":
+        raise ApiError(403, "forbidden", "feedback reports need a tenant key or the admin role")
+    assert host.meta is not None
+    rows = await host.meta.feedback_between(tenant, project, start, end)
+    rows = [r for r in rows if who.is_admin or r.scope.user_id == who.user_id]
+    ok = sum(r.reaction == "ok" for r in rows)
+    not_ok = sum(r.reaction == "not_ok" for r in rows)
+    turns = [
+        {
+            "conversation_id": r.scope.conversation_id,
+            "turn_id": r.turn_id,
+            "reaction": r.reaction,
+            "text": r.text,
+            "origin": r.origin,
+            "created_at": r.created_at.isoformat(),
+        }
+        for r in rows
+    ]
+    return FeedbackReport(turns=turns, total=len(rows), satisfaction_rate=(ok / (ok + not_ok)) if ok + not_ok else None)
+
+
+@router.get("/conversations/{conversation_id}/files/{path:path}")
+async def conversation_file(
+    tenant: str, project: str, conversation_id: str, path: str, who: ScopedCaller, host: Services
+) -> Response:
+    """A file the user may see: a turn's ``outputs/`` or an attachment (``fi:<turn>.outputs/<rel>``)."""
+    meta = await _conversation(host, who, tenant, project, conversation_id)
+    try:
+        parsed = parse_path(path, conversation_id=conversation_id)
+    except LogicalPathError as exc:
+        raise ApiError(400, exc.code, str(exc)) from None
+    if not isinstance(parsed, FilePath) or parsed.area not in ("outputs", "attachments") or not parsed.rel:
+        raise ApiError(404, "not_found", "only fi:<turn>.outputs/… and fi:<turn>.attachments/… files can be downloaded")
+    assert host.store is not None
+    try:
+        data = await host.store.conversation(meta.scope).read_artifact(f"{parsed.turn_id}/{parsed.area}/{parsed.rel}")
+    except StorageError:
+        raise not_found(f"file {path}") from None
+    name = parsed.rel.rsplit("/", 1)[-1]
+    mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    disposition = "inline" if mime.startswith(("text/", "image/")) or mime == "application/pdf" else "attachment"
+    return Response(
+        data,
+        media_type=mime,
+        headers={"Content-Disposition": f'{disposition}; filename="{name}"', "X-Content-Type-Options": "nosniff"},
+    )
+
+
+__all__ = ["router"]

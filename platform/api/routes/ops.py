@@ -1,0 +1,44 @@
+"""``/healthz``, ``/readyz``, ``/metrics`` and the web UI's static files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from berth.api.deps import services
+from berth.api.services import HostServices
+
+router = APIRouter(tags=["ops"])
+Services = Annotated[HostServices, Depends(services)]
+STATIC = Path(__file__).resolve().parent.parent / "static"
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(host: Services) -> JSONResponse:
+    """Storage open, bus running and at least one bundle loaded."""
+    checks: dict[str, Any] = {"storage": host.started and host.store is not None, "bus": host.runtime.bus is not None}
+    loaded = [s.id for s in host.registry.statuses() if s.state == "loaded"] if host.runtime.registry else []
+    checks["bundles"] = loaded
+    ready = bool(checks["storage"] and checks["bus"] and loaded)
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+
+@router.get("/metrics")
+async def metrics(host: Services) -> Response:
+    """Prometheus text format."""
+    return Response(host.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> FileResponse:
+    """The web UI."""
+    return FileResponse(STATIC / "index.html", media_type="text/html")

@@ -1,0 +1,127 @@
+"""Request and response bodies of the HTTP API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    """Request bodies refuse unknown fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateConversation(Strict):
+    """``POST …/conversations``."""
+
+    title: str | None = Field(None, max_length=200)
+    bundle: str | None = None
+
+
+class ConversationOut(BaseModel):
+    """A conversation in lists and after creation."""
+
+    id: str
+    title: str | None
+    bundle: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ConversationPage(BaseModel):
+    """A page of conversations, most recent first; pass ``next_before`` as ``before`` for the next page."""
+
+    items: list[ConversationOut]
+    next_before: datetime | None
+
+
+class StartTurn(Strict):
+    """``POST …/turns`` as JSON (send multipart with a ``message`` field to attach files)."""
+
+    message: str = Field(min_length=1, max_length=100_000)
+    bundle: str | None = None
+    turn_id: str | None = Field(None, pattern=r"^turn_[A-Za-z0-9_-]{1,64}$")
+    timezone: str = "UTC"
+
+
+class TurnStarted(BaseModel):
+    """Answer to starting a turn."""
+
+    turn_id: str
+    events_url: str
+
+
+class FeedbackIn(Strict):
+    """``POST …/turns/{turn_id}/feedback``."""
+
+    reaction: Literal["ok", "not_ok", "neutral"]
+    text: str = Field("", max_length=5000)
+
+
+class Citation(BaseModel):
+    """A source an answer cites."""
+
+    sid: int
+    url: str
+    title: str
+
+
+class FeedbackOut(BaseModel):
+    """Feedback on a turn."""
+
+    reaction: str
+    text: str
+    origin: str
+    created_at: datetime
+
+
+class TurnOut(BaseModel):
+    """One turn of a conversation."""
+
+    turn_id: str
+    state: str
+    prompt: str | None
+    answer: str | None
+    followups: list[str]
+    citations: list[Citation]
+    attachments: list[dict[str, Any]]
+    feedback: list[FeedbackOut]
+    started_at: datetime | None
+
+
+class ConversationDetail(ConversationOut):
+    """A conversation with its turns."""
+
+    turns: list[TurnOut]
+
+
+class WidgetOut(BaseModel):
+    """A widget of a bundle."""
+
+    alias: str
+    title: str
+    icon: str | None
+    url: str
+
+
+class BundleOut(BaseModel):
+    """A bundle the caller may use."""
+
+    id: str
+    title: str
+    description: str
+    version: str | None
+    default: bool
+    state: str
+    widgets: list[WidgetOut]
+
+
+class FeedbackReport(BaseModel):
+    """Feedback in a period."""
+
+    turns: list[dict[str, Any]]
+    total: int
+    satisfaction_rate: float | None

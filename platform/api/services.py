@@ -1,0 +1,207 @@
+"""What the API stands on: the host runtime (bundles), storage, models and the running turns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from berth.api.errors import ApiError, not_found
+from berth.api.metrics import Metrics
+from berth.api.sse import TurnEventLog
+from berth.config import ConfigError, Configuration
+from berth.host.models import ModelPool
+from berth.host.plugins import PlatformPlugins
+from berth.host.registry import BundleRegistry
+from berth.host.runtime import HostRuntime
+from berth.plugins.storage.sqlite import SqliteConversationStore
+from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex
+from berth.plugins.storage.sqlite_meta import SqliteMetaStore
+from berth.runtime.events import TurnEvent
+from berth.runtime.loop import TurnInput, TurnResult, TurnRunner
+from berth.runtime.memory import HashedNgramEmbedder, MemorySearch
+from berth.storage.scope import ConversationScope
+
+log = logging.getLogger(__name__)
+
+FINISHED_TURNS_KEPT = 2000
+"""Finished turns whose events stay replayable (for clients that reconnect late)."""
+
+
+def new_id(prefix: str) -> str:
+    """A short random id such as ``c_1a2b3c4d5e6f``."""
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+@dataclass
+class RunningTurn:
+    """A turn the API started: its scope, event log and task."""
+
+    scope: ConversationScope
+    turn_id: str
+    bundle_id: str
+    log: TurnEventLog
+    task: asyncio.Task[Any] | None = None
+    result: TurnResult | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class HostServices:
+    """Owns the long-lived parts of an API process; :meth:`start` and :meth:`stop` bracket its life."""
+
+    def __init__(self, runtime: HostRuntime, plugins: PlatformPlugins, *, var_root: Path | None = None) -> None:
+        self.runtime = runtime
+        self.plugins = plugins
+        self._var_root = var_root
+        self.metrics = Metrics()
+        self.turns: dict[str, RunningTurn] = {}
+        self._busy: dict[tuple[str, str, str, str], str] = {}
+        self.store: SqliteConversationStore | None = None
+        self.memory_index: SqliteMemoryIndex | None = None
+        self.meta: SqliteMetaStore | None = None
+        self.models: ModelPool | None = None
+        self.initial_config: Configuration | None = None
+        self.started = False
+
+    @property
+    def registry(self) -> BundleRegistry:
+        """The bundle registry (after :meth:`start`)."""
+        if self.runtime.registry is None:
+            raise ApiError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
+        return self.runtime.registry
+
+    @property
+    def config(self) -> Configuration:
+        """The configuration bundles were loaded with."""
+        return self.registry.config
+
+    async def start(self) -> None:
+        """Load bundles, open storage and prepare the model providers."""
+        outcomes = await self.runtime.start()
+        for outcome in outcomes:
+            self.metrics.reloads.labels(bundle=outcome.bundle_id, ok=str(outcome.ok).lower()).inc()
+        self.registry.add_listener(
+            lambda o: self.metrics.reloads.labels(bundle=o.bundle_id, ok=str(o.ok).lower()).inc()
+        )
+        storage = self.config.settings_for().storage
+        if storage.kind != "embedded":
+            raise ConfigError(
+                "storage_unsupported",
+                "platform.storage.kind 'distributed' needs the PostgreSQL conversation store, which this build "
+                "does not have yet; use kind: embedded",
+            )
+        root = self._var_root or (self.config.descriptors.base_dir / storage.root).resolve()
+        self.store = SqliteConversationStore(root)
+        await self.store.open()
+        self.memory_index = SqliteMemoryIndex(root)
+        await self.memory_index.open()
+        self.meta = SqliteMetaStore(root)
+        await self.meta.open()
+        self.models = ModelPool(self.config, self.plugins.model_providers())
+        self.started = True
+
+    async def stop(self) -> None:
+        """Cancel running turns, close storage and providers, unload bundles."""
+        for turn in list(self.turns.values()):
+            if turn.task is not None and not turn.task.done():
+                turn.task.cancel()
+        tasks = [t.task for t in self.turns.values() if t.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+        if self.models is not None:
+            await self.models.aclose()
+        for closable in (self.meta, self.memory_index, self.store):
+            if closable is not None:
+                await closable.aclose()
+        await self.runtime.stop()
+        self.started = False
+
+    def runner_for(self, tenant: str, project: str) -> TurnRunner:
+        """A turn runner bound to the scope's models."""
+        assert self.store is not None and self.models is not None and self.memory_index is not None
+        index = self.memory_index
+
+        def memory(scope: ConversationScope) -> MemorySearch:
+            return MemorySearch(index, HashedNgramEmbedder(), scope=scope)
+
+        return TurnRunner(
+            store=self.store,
+            models=self.models.resolver(self.config.settings_for(tenant, project)),
+            tool_packs=self.plugins.tool_packs(),
+            memory=memory,
+        )
+
+    async def start_turn(
+        self,
+        scope: ConversationScope,
+        bundle_id: str,
+        message: str,
+        *,
+        turn_id: str | None = None,
+        attachments: tuple[tuple[str, str, bytes], ...] = (),
+        user_timezone: str = "UTC",
+    ) -> RunningTurn:
+        """Start a turn in the background; its events go to a log clients can stream and resume."""
+        key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+        if key in self._busy:
+            raise ApiError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
+        turn_id = turn_id or new_id("turn")
+        if turn_id in self.turns:
+            raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used")
+        generation = self.registry.current(bundle_id)
+        context = self.registry.context_for(generation, scope.tenant, scope.project)
+        runner = self.runner_for(scope.tenant, scope.project)
+        running = RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=TurnEventLog(turn_id))
+        self.turns[turn_id] = running
+        self._busy[key] = turn_id
+
+        async def emit(event: TurnEvent) -> None:
+            self.metrics.observe_event(event, scope.tenant)
+            await running.log.append(event)
+
+        async def run() -> None:
+            try:
+                async with self.registry.use(bundle_id) as pinned:
+                    request = TurnInput(
+                        scope=scope,
+                        turn_id=turn_id,
+                        message=message,
+                        attachments=attachments,
+                        user_timezone=user_timezone,
+                    )
+                    running.result = await runner.run(pinned, context, request, emit)
+                    self.metrics.observe_result(running.result, scope.tenant)
+                assert self.meta is not None
+                await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
+            except Exception as exc:
+                log.exception("turn %s failed", turn_id)
+                await running.log.append(
+                    TurnEvent(
+                        "turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"}
+                    )
+                )
+            finally:
+                self._busy.pop(key, None)
+                await running.log.close()
+                self._forget_old_turns()
+
+        del generation
+        running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
+        return running
+
+    def turn_in_scope(self, scope: ConversationScope, turn_id: str) -> RunningTurn:
+        """A turn the API ran in exactly this scope; 404 otherwise."""
+        running = self.turns.get(turn_id)
+        if running is None or running.scope != scope:
+            raise not_found(f"turn {turn_id}")
+        return running
+
+    def _forget_old_turns(self) -> None:
+        finished = [t for t in self.turns.values() if t.log.closed]
+        for old in sorted(finished, key=lambda t: t.started)[: max(len(finished) - FINISHED_TURNS_KEPT, 0)]:
+            self.turns.pop(old.turn_id, None)

@@ -1,0 +1,87 @@
+"""Server-sent events: pre-encoded frames, a per-turn buffer, resume from ``Last-Event-ID``.
+
+Frames are encoded once when the event happens and kept as bytes, so serving a stream (or a resumed
+one) is a copy, not a re-serialization (SPEC §5.2 measured about 5 times less CPU than encoding per send).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from berth.runtime.events import TurnEvent
+
+HEARTBEAT = b": ping\n\n"
+
+
+def encode_frame(event_id: str, event: TurnEvent) -> bytes:
+    """One SSE frame: ``id``, ``event`` and one JSON ``data`` line."""
+    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"id: {event_id}\nevent: {event.type}\ndata: {data}\n\n".encode()
+
+
+def parse_last_event_id(turn_id: str, header: str | None) -> int:
+    """The sequence number after which to resume (0 = from the start; foreign or bad ids = 0)."""
+    if not header:
+        return 0
+    owner, _, seq = header.strip().rpartition(":")
+    if owner != turn_id or not seq.isdigit():
+        return 0
+    return int(seq)
+
+
+class TurnEventLog:
+    """Every event of one turn, in order, as frames; readers wait for new ones."""
+
+    def __init__(self, turn_id: str) -> None:
+        self.turn_id = turn_id
+        self._frames: list[bytes] = []
+        self._closed = False
+        self._changed = asyncio.Condition()
+
+    @property
+    def closed(self) -> bool:
+        """True once the turn has ended (no more events)."""
+        return self._closed
+
+    @property
+    def count(self) -> int:
+        """How many events so far."""
+        return len(self._frames)
+
+    async def append(self, event: TurnEvent) -> None:
+        """Record the next event and wake readers."""
+        frame = encode_frame(f"{self.turn_id}:{len(self._frames) + 1}", event)
+        async with self._changed:
+            self._frames.append(frame)
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        """Mark the turn finished."""
+        async with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    async def frames(self, after: int = 0, heartbeat_s: float = 15.0) -> AsyncIterator[bytes]:
+        """Frames after sequence ``after``, then new ones as they come; heartbeats while idle."""
+        sent = min(max(after, 0), len(self._frames))
+        while True:
+            while sent < len(self._frames):
+                yield self._frames[sent]
+                sent += 1
+            if self._closed:
+                return
+            if not await self._wait_for_more(sent, heartbeat_s):
+                yield HEARTBEAT
+
+    async def _wait_for_more(self, sent: int, timeout_s: float) -> bool:
+        """Wait until there are more than ``sent`` frames or the log closes; False on timeout."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: len(self._frames) > sent or self._closed), timeout_s
+                )
+            except TimeoutError:
+                return False
+        return True

@@ -1,0 +1,1236 @@
+// Berth web UI: one ES module, no build step, no dependencies.
+//
+// Sections: markdown (safe rendering) · SSE parsing · API client · turn views · streaming with resume ·
+// conversations · bundles and widgets · sign-in and workspace · start-up.
+// The HTTP API it talks to is documented in docs/web-ui.md and at /openapi.json.
+
+const STORAGE = {
+  key: "berth.apiKey",
+  tenant: "berth.tenant",
+  project: "berth.project",
+  bundle: (tenant, project) => `berth.bundle.${tenant}/${project}`,
+};
+const PAGE_SIZE = 20;
+const RECONNECT = { firstDelayMs: 300, maxDelayMs: 8000, maxAttempts: 8 };
+const STEP_MARKERS = { done: "✓", failed: "✗", in_progress: "…", pending: "□" };
+const STEP_LABELS = { done: "done", failed: "failed", in_progress: "in progress", pending: "pending" };
+
+// Inline SVG icons (constant strings; no icon font or emoji font needed).
+const ICONS = {
+  tool: '<svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true" focusable="false"><path fill="currentColor" d="M22.7 19.3 13.6 10.2c.9-2.3.4-5-1.5-6.9-2-2-5-2.4-7.4-1.3l4.3 4.3-3 3-4.4-4.3C.4 7.4.9 10.4 2.9 12.4c1.9 1.9 4.6 2.4 6.9 1.5l9.1 9.1c.4.4 1 .4 1.4 0l2.3-2.3c.5-.4.5-1.1.1-1.4z"/></svg>',
+  file: '<svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true" focusable="false"><path fill="currentColor" d="M14 2H6a2 2 0 0 0-2 2v16a2 2 0 0 0 2 2h12a2 2 0 0 0 2-2V8l-6-6zm0 2.5L17.5 8H14V4.5z"/></svg>',
+  thumbUp: '<svg viewBox="0 0 24 24" width="16" height="16" aria-hidden="true" focusable="false"><path fill="currentColor" d="M2 21h4V9H2v12zm20-11a2 2 0 0 0-2-2h-6.3l1-4.6v-.3c0-.4-.2-.8-.4-1.1L13.2 1 6.6 7.6C6.2 8 6 8.5 6 9v10a2 2 0 0 0 2 2h9c.8 0 1.5-.5 1.8-1.2l3-7.1c.1-.2.2-.5.2-.7v-2z"/></svg>',
+  thumbDown: '<svg viewBox="0 0 24 24" width="16" height="16" aria-hidden="true" focusable="false"><path fill="currentColor" d="M22 3h-4v12h4V3zM2 14a2 2 0 0 0 2 2h6.3l-1 4.6v.3c0 .4.2.8.4 1.1l1.1 1 6.6-6.6c.4-.4.6-.9.6-1.4V5a2 2 0 0 0-2-2H7c-.8 0-1.5.5-1.8 1.2l-3 7.1c-.1.2-.2.5-.2.7v2z"/></svg>',
+};
+
+function icon(name) {
+  const holder = document.createElement("span");
+  holder.className = "icon";
+  holder.innerHTML = ICONS[name];
+  return holder;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Markdown: escape everything first, then allow a small set of constructs. Links only for http(s).
+
+const HTML_ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+
+/** Escape text for use in HTML content and quoted attribute values. */
+export function escapeHtml(text) {
+  return String(text).replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
+}
+
+const SAFE_URL = /^https?:\/\/[^\s<>"'`]+$/i;
+const LINK = /\[([^\]\n]+)\]\(((?:[^()\s]|\([^()\s]*\))+)\)/g;
+const PLACEHOLDER = /\u0000(\d+)\u0000/g;
+
+function renderEmphasis(html) {
+  return html
+    .replace(/\*\*(?=\S)([^*\n]*?\S)\*\*/g, "<strong>$1</strong>")
+    .replace(/(^|[^*\w])\*(?=\S)([^*\n]*?\S)\*(?![*\w])/g, "$1<em>$2</em>");
+}
+
+/** Inline markdown (code spans, http(s) links, bold, italic) of raw text, as safe HTML. */
+export function renderInline(text, context = {}) {
+  const slots = [];
+  const keep = (html) => `\u0000${slots.push(html) - 1}\u0000`;
+  let source = String(text).replace(/\u0000/g, "");
+  source = source.replace(/`([^`\n]+)`/g, (_, code) => keep(`<code>${escapeHtml(code)}</code>`));
+  source = source.replace(LINK, (whole, label, url) => {
+    if (!SAFE_URL.test(url)) return whole;
+    const cite = context.citeUrls && context.citeUrls.has(url) ? ' class="cite"' : "";
+    const inner = renderEmphasis(escapeHtml(label));
+    return keep(`<a href="${escapeHtml(url)}"${cite} target="_blank" rel="noopener noreferrer">${inner}</a>`);
+  });
+  let html = renderEmphasis(escapeHtml(source));
+  for (let depth = 0; depth < 3 && html.includes("\u0000"); depth += 1) {
+    html = html.replace(PLACEHOLDER, (_, index) => slots[Number(index)] ?? "");
+  }
+  return html;
+}
+
+const FENCE = /^\s*(```+|~~~+)\s*([\w+.-]*)\s*$/;
+const LIST_ITEM = /^\s{0,3}([-*+]|\d{1,9}[.)])\s+(.*)$/;
+const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
+const QUOTE = /^\s{0,3}>\s?(.*)$/;
+
+/** Block markdown (paragraphs, lists, code blocks, headings, quotes) of raw text, as safe HTML. */
+export function renderMarkdown(text, context = {}) {
+  const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
+  const out = [];
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    const fence = FENCE.exec(line);
+    if (fence) {
+      const body = [];
+      i += 1;
+      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[(i += 1) - 1]);
+      i += 1;
+      const language = fence[2] ? ` class="language-${escapeHtml(fence[2])}"` : "";
+      out.push(`<pre><code${language}>${escapeHtml(body.join("\n"))}</code></pre>`);
+      continue;
+    }
+    if (!line.trim()) {
+      i += 1;
+      continue;
+    }
+    const heading = HEADING.exec(line);
+    if (heading) {
+      const level = Math.min(heading[1].length + 2, 6);
+      out.push(`<h${level}>${renderInline(heading[2], context)}</h${level}>`);
+      i += 1;
+      continue;
+    }
+    const item = LIST_ITEM.exec(line);
+    if (item) {
+      const ordered = /\d/.test(item[1]);
+      const start = ordered ? parseInt(item[1], 10) : 1;
+      const items = [];
+      while (i < lines.length) {
+        const next = LIST_ITEM.exec(lines[i]);
+        if (next && /\d/.test(next[1]) === ordered) {
+          items.push(next[2]);
+        } else if (lines[i].trim() && /^\s+/.test(lines[i]) && items.length && !FENCE.test(lines[i])) {
+          items[items.length - 1] += `\n${lines[i].trim()}`;
+        } else {
+          break;
+        }
+        i += 1;
+      }
+      const tag = ordered ? "ol" : "ul";
+      const startAttr = ordered && start !== 1 ? ` start="${start}"` : "";
+      const body = items.map((t) => `<li>${renderInline(t, context).replace(/\n/g, "<br>")}</li>`).join("");
+      out.push(`<${tag}${startAttr}>${body}</${tag}>`);
+      continue;
+    }
+    if (QUOTE.test(line)) {
+      const quoted = [];
+      while (i < lines.length && QUOTE.test(lines[i])) quoted.push(QUOTE.exec(lines[(i += 1) - 1])[1]);
+      out.push(`<blockquote>${renderInline(quoted.join("\n"), context).replace(/\n/g, "<br>")}</blockquote>`);
+      continue;
+    }
+    const paragraph = [];
+    while (
+      i < lines.length &&
+      lines[i].trim() &&
+      !FENCE.test(lines[i]) &&
+      !HEADING.test(lines[i]) &&
+      !(LIST_ITEM.test(lines[i]) && paragraph.length === 0) &&
+      !QUOTE.test(lines[i])
+    ) {
+      paragraph.push(lines[i]);
+      i += 1;
+    }
+    if (paragraph.length === 0) {
+      paragraph.push(lines[i]);
+      i += 1;
+    }
+    out.push(`<p>${renderInline(paragraph.join("\n"), context).replace(/\n/g, "<br>")}</p>`);
+  }
+  return out.join("");
+}
+
+const CITATION_TOKEN = /\[\[S:\s*([\d,\s-]+)\]\]/g;
+
+/** Replace stored ``[[S:1]]``, ``[[S:1,3]]``, ``[[S:2-4]]`` tokens with markdown links to known sources. */
+export function renderCitationTokens(text, sourcesBySid) {
+  return String(text).replace(CITATION_TOKEN, (_, spec) => {
+    const sids = [];
+    for (const part of spec.split(",")) {
+      const [from, to] = part.split("-").map((n) => parseInt(n, 10));
+      if (Number.isNaN(from)) continue;
+      const last = Number.isNaN(to) || to === undefined ? from : Math.min(to, from + 50);
+      for (let sid = from; sid <= last; sid += 1) sids.push(sid);
+    }
+    return sids
+      .map((sid) => sourcesBySid.get(sid))
+      .filter((source) => source && SAFE_URL.test(source.url))
+      .map((source) => `[${String(source.title || source.url).replace(/[[\]]/g, "")}](${source.url})`)
+      .join(" ");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Server-sent events over fetch(): a line parser that is safe across chunk boundaries.
+
+/** Parses an SSE byte stream (as text chunks) into ``{id, event, data}`` messages. */
+export class SseParser {
+  constructor(onMessage) {
+    this.onMessage = onMessage;
+    this.buffer = "";
+    this.reset();
+  }
+
+  reset() {
+    this.event = "";
+    this.data = [];
+    this.id = null;
+  }
+
+  push(chunk) {
+    this.buffer += chunk;
+    const lineEnd = /\r\n|\r|\n/g;
+    let start = 0;
+    let match;
+    while ((match = lineEnd.exec(this.buffer)) !== null) {
+      if (match[0] === "\r" && match.index === this.buffer.length - 1) break; // maybe half of \r\n
+      this.line(this.buffer.slice(start, match.index));
+      start = lineEnd.lastIndex;
+    }
+    this.buffer = this.buffer.slice(start);
+  }
+
+  line(text) {
+    if (text === "") {
+      if (this.data.length) this.onMessage({ id: this.id, event: this.event || "message", data: this.data.join("\n") });
+      this.reset();
+      return;
+    }
+    if (text.startsWith(":")) return; // comment (heartbeat)
+    const colon = text.indexOf(":");
+    const field = colon === -1 ? text : text.slice(0, colon);
+    let value = colon === -1 ? "" : text.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "event") this.event = value;
+    else if (field === "data") this.data.push(value);
+    else if (field === "id" && !value.includes("\u0000")) this.id = value;
+  }
+}
+
+function eventSequence(id) {
+  const seq = Number(String(id || "").split(":").pop());
+  return Number.isFinite(seq) ? seq : 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// API client
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+const state = {
+  key: localStorage.getItem(STORAGE.key),
+  tenant: localStorage.getItem(STORAGE.tenant) || "default",
+  project: localStorage.getItem(STORAGE.project) || "default",
+  bundles: [],
+  bundle: null,
+  conversationId: null,
+  conversations: new Map(),
+  nextBefore: null,
+  running: null,
+  files: [],
+  loadToken: 0,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function authHeaders(key = state.key) {
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+function scopePath(tenant = state.tenant, project = state.project) {
+  return `/v1/${encodeURIComponent(tenant)}/${encodeURIComponent(project)}`;
+}
+
+async function api(path, { method = "GET", json, form, key, signal } = {}) {
+  const headers = { Accept: "application/json", ...authHeaders(key === undefined ? state.key : key) };
+  let body;
+  if (json !== undefined) {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(json);
+  } else if (form !== undefined) {
+    body = form; // the browser sets the multipart boundary
+  }
+  let response;
+  try {
+    response = await fetch(path, { method, headers, body, signal, cache: "no-store" });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError(0, "network_error", "The server cannot be reached. Check your connection and try again.");
+  }
+  if (!response.ok) {
+    let detail = null;
+    try {
+      detail = (await response.json()).error;
+    } catch {
+      detail = null;
+    }
+    const error = new ApiError(response.status, detail?.code || `http_${response.status}`, detail?.message || response.statusText);
+    if (response.status === 401 && key === undefined) showLogin("Your API key was not accepted; sign in again.");
+    throw error;
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Small DOM helpers
+
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+}
+
+let toastTimer = null;
+function toast(message) {
+  const box = $("toast");
+  box.textContent = message;
+  box.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => {
+    box.hidden = true;
+  }, 6000);
+}
+
+function relativeTime(iso) {
+  const then = new Date(iso);
+  const seconds = (then.getTime() - Date.now()) / 1000;
+  const format = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+  const steps = [
+    [3600, "minute", 60],
+    [86400, "hour", 3600],
+    [604800, "day", 86400],
+  ];
+  const magnitude = Math.abs(seconds);
+  if (magnitude < 45) return "just now";
+  for (const [limit, unit, size] of steps) {
+    if (magnitude < limit) return format.format(Math.round(seconds / size), unit);
+  }
+  return then.toLocaleDateString();
+}
+
+function messagesNearBottom() {
+  const box = $("messages");
+  return box.scrollHeight - box.scrollTop - box.clientHeight < 120;
+}
+
+function scrollMessages(force = false) {
+  const box = $("messages");
+  if (force || messagesNearBottom()) box.scrollTop = box.scrollHeight;
+}
+
+function prettyJson(value) {
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A turn on screen: prompt, reasoning, tool cards, answer, sources, follow-ups, feedback.
+
+class TurnView {
+  constructor({ prompt, attachments = [], conversationId }) {
+    this.conversationId = conversationId;
+    this.turnId = null;
+    this.lastEventId = null;
+    this.lastSeq = 0;
+    this.answerText = "";
+    this.answerOpen = null;
+    this.thinking = null;
+    this.sources = new Map();
+    this.codeBlocks = new Map();
+    this.renderPending = false;
+    this.finished = false;
+    this.abort = null;
+
+    const attachmentList = attachments.length
+      ? el("ul", { class: "attachment-chips", "aria-label": "Attachments" }, ...attachments.map((a) => this.attachmentChip(a)))
+      : null;
+    this.reasoningText = el("div", { class: "reasoning-text" });
+    this.reasoning = el("details", { class: "reasoning", hidden: true }, el("summary", { text: "Reasoning" }), this.reasoningText);
+    this.activity = el("div", { class: "activity" });
+    this.answer = el("div", { class: "answer markdown", "data-deltas": "0" });
+    this.status = el("p", { class: "turn-status muted small", role: "status" });
+    this.sourceList = el("ol", { class: "sources", hidden: true, "aria-label": "Sources" });
+    this.notices = el("div", { class: "notices" });
+    this.followups = el("div", { class: "followups", role: "group", "aria-label": "Suggested follow-ups", hidden: true });
+    this.footer = el("div", { class: "turn-footer", hidden: true });
+    this.assistant = el(
+      "div",
+      { class: "message assistant", "aria-busy": "true" },
+      el("div", { class: "avatar", "aria-hidden": "true", text: "⚓" }),
+      el(
+        "div",
+        { class: "assistant-body" },
+        this.reasoning,
+        this.activity,
+        this.answer,
+        this.status,
+        this.sourceList,
+        this.notices,
+        this.followups,
+        this.footer,
+      ),
+    );
+    this.root = el(
+      "article",
+      { class: "turn", "data-state": "pending", "aria-label": "Turn" },
+      el("div", { class: "message user" }, el("div", { class: "bubble", text: prompt || "" }), attachmentList),
+      this.assistant,
+    );
+  }
+
+  attachmentChip(attachment) {
+    const label = `${attachment.name || "attachment"}${attachment.size ? ` (${formatBytes(attachment.size)})` : ""}`;
+    if (!attachment.path || !this.conversationId) return el("li", { class: "chip" }, icon("file"), label);
+    const link = el("a", {
+      href: "#",
+      class: "chip-link",
+      onclick: (event) => {
+        event.preventDefault();
+        openConversationFile(this.conversationId, attachment.path, attachment.name);
+      },
+    });
+    link.append(icon("file"), label);
+    return el("li", { class: "chip" }, link);
+  }
+
+  setTurn(turnId) {
+    this.turnId = turnId;
+    this.root.dataset.turnId = turnId;
+    this.root.dataset.state = "streaming";
+  }
+
+  setStatus(text) {
+    this.status.textContent = text;
+  }
+
+  /** Apply one event; returns true when the turn has ended. Events at or before the last seen id are skipped. */
+  apply(message) {
+    const seq = eventSequence(message.id);
+    if (message.id) {
+      if (seq && seq <= this.lastSeq) return false;
+      this.lastSeq = seq || this.lastSeq;
+      this.lastEventId = message.id;
+      this.root.dataset.lastEventId = message.id;
+    }
+    let data = {};
+    try {
+      data = message.data ? JSON.parse(message.data) : {};
+    } catch {
+      return false;
+    }
+    switch (message.event) {
+      case "turn.started":
+        this.setStatus("Thinking…");
+        return false;
+      case "channel.delta":
+        this.delta(data);
+        return false;
+      case "channel.done":
+        this.channelDone(data);
+        return false;
+      case "tool.call":
+        this.toolCall(data);
+        return false;
+      case "tool.result":
+        this.toolResult(data);
+        return false;
+      case "plan":
+        renderPlan(data.plan);
+        return false;
+      case "notice":
+        this.notice(data.message || data.code || "notice", data.code);
+        return false;
+      case "compaction":
+        this.notice(data.message || "Earlier turns were summarized to fit the context.", "compaction");
+        return false;
+      case "citation.sources":
+        for (const source of data.sources || []) this.sources.set(source.sid, source);
+        return false;
+      case "turn.completed":
+        this.complete(data);
+        return true;
+      case "turn.failed":
+        this.fail(data.code, data.message);
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  delta({ channel, instance, marker, text }) {
+    const kind = marker || channel;
+    if (!text) return;
+    if (kind === "thinking") {
+      this.reasoning.hidden = false;
+      if (!this.thinking) {
+        this.thinking = el("p");
+        this.reasoningText.append(this.thinking);
+      }
+      this.thinking.append(text);
+      this.setStatus("Thinking…");
+    } else if (kind === "answer") {
+      const key = `${channel}:${instance}`;
+      if (this.answerOpen !== key && this.answerText) this.answerText += "\n\n";
+      this.answerOpen = key;
+      this.answerText += text;
+      this.answer.dataset.deltas = String(Number(this.answer.dataset.deltas) + 1);
+      this.setStatus("Writing…");
+      this.scheduleAnswerRender();
+    } else {
+      this.codeBlock(channel, instance, kind).append(text);
+    }
+  }
+
+  channelDone({ channel, instance, marker }) {
+    const kind = marker || channel;
+    if (kind === "thinking") this.thinking = null;
+    else if (kind === "answer") this.answerOpen = null;
+    else this.codeBlocks.delete(`${channel}:${instance}`);
+  }
+
+  codeBlock(channel, instance, kind) {
+    const key = `${channel}:${instance}`;
+    let code = this.codeBlocks.get(key);
+    if (!code) {
+      code = el("code");
+      const label = kind === "code" ? "Code" : channel;
+      this.activity.append(el("figure", { class: "code-block" }, el("figcaption", { text: label }), el("pre", {}, code)));
+      this.codeBlocks.set(key, code);
+    }
+    return code;
+  }
+
+  scheduleAnswerRender() {
+    if (this.renderPending) return;
+    this.renderPending = true;
+    const render = () => {
+      this.renderPending = false;
+      this.renderAnswer();
+    };
+    // requestAnimationFrame is paused in hidden tabs; the timer keeps streaming visible when they come back.
+    if (document.hidden) setTimeout(render, 50);
+    else requestAnimationFrame(render);
+  }
+
+  renderAnswer() {
+    const follow = messagesNearBottom();
+    const citeUrls = new Set([...this.sources.values()].map((s) => s.url));
+    this.answer.innerHTML = renderMarkdown(this.answerText, { citeUrls });
+    if (follow) scrollMessages(true);
+  }
+
+  toolCard(callId, toolId) {
+    let card = this.activity.querySelector(`[data-call-id="${CSS.escape(callId)}"]`);
+    if (!card) {
+      const badge = el("span", { class: "badge running", text: "running…" });
+      const params = el("pre", { class: "tool-params" });
+      const result = el("pre", { class: "tool-result" });
+      card = el(
+        "details",
+        { class: "tool-card running", "data-call-id": callId, "data-tool-id": toolId },
+        el("summary", {}, icon("tool"), el("code", { class: "tool-id", text: toolId }), badge),
+        el(
+          "div",
+          { class: "tool-body" },
+          el("h4", { text: "Parameters" }),
+          params,
+          el("h4", { class: "result-title", text: "Result", hidden: true }),
+          result,
+        ),
+      );
+      result.hidden = true;
+      this.activity.append(card);
+    }
+    return card;
+  }
+
+  toolCall({ call_id: callId, tool_id: toolId, params }) {
+    const card = this.toolCard(callId, toolId);
+    card.querySelector(".tool-params").textContent = prettyJson(params ?? {});
+    this.setStatus(`Running ${toolId}…`);
+    scrollMessages();
+  }
+
+  toolResult({ call_id: callId, tool_id: toolId, ok, summary, paths }) {
+    const card = this.toolCard(callId, toolId);
+    card.classList.remove("running");
+    card.classList.add(ok ? "ok" : "failed");
+    card.dataset.ok = ok ? "true" : "false";
+    const badge = card.querySelector(".badge");
+    badge.className = `badge ${ok ? "ok" : "failed"}`;
+    badge.textContent = ok ? "ok" : "failed";
+    const result = card.querySelector(".tool-result");
+    result.textContent = summary || (ok ? "(no output)" : "(failed)");
+    result.hidden = false;
+    card.querySelector(".result-title").hidden = false;
+    if (paths && paths.length) card.querySelector(".tool-body").append(el("p", { class: "muted small", text: paths.join(" · ") }));
+    this.setStatus("Thinking…");
+  }
+
+  notice(message, code) {
+    this.notices.append(el("p", { class: "notice", title: code || "", text: `ℹ ${message}` }));
+  }
+
+  renderSources(sources) {
+    this.sourceList.replaceChildren();
+    for (const source of sources || []) {
+      if (!SAFE_URL.test(source.url || "")) continue;
+      this.sourceList.append(
+        el("li", {}, el("a", { href: source.url, target: "_blank", rel: "noopener noreferrer", text: source.title || source.url })),
+      );
+    }
+    this.sourceList.hidden = this.sourceList.children.length === 0;
+  }
+
+  complete({ answer, followups, sources_used: sourcesUsed, outcome }) {
+    for (const source of sourcesUsed || []) this.sources.set(source.sid, source);
+    if (!this.answerText && answer) this.answerText = renderCitationTokens(answer, this.sources);
+    this.renderAnswer();
+    this.renderSources(sourcesUsed);
+    this.renderFollowups(followups);
+    this.finish(outcome === "cancelled" ? "cancelled" : "completed");
+    if (outcome && outcome !== "completed") this.notice(`The turn ended: ${outcome}.`, outcome);
+    this.renderFeedback(null);
+  }
+
+  fail(code, message) {
+    if (code === "cancelled") {
+      this.notice("Stopped.", code);
+      if (this.answerText) this.renderAnswer();
+      this.finish("cancelled");
+      return;
+    }
+    this.notices.append(el("p", { class: "error", role: "alert", text: `${message || "The turn failed."}${code ? ` (${code})` : ""}` }));
+    this.finish("failed");
+  }
+
+  finish(finalState) {
+    this.finished = true;
+    this.root.dataset.state = finalState;
+    this.assistant.setAttribute("aria-busy", "false");
+    this.setStatus("");
+  }
+
+  renderFollowups(followups) {
+    this.followups.replaceChildren();
+    for (const text of followups || []) {
+      this.followups.append(el("button", { type: "button", class: "chip followup", text, onclick: () => sendMessage(text) }));
+    }
+    this.followups.hidden = this.followups.children.length === 0;
+  }
+
+  renderFeedback(current) {
+    if (!this.turnId) return;
+    const thanks = el("span", { class: "muted small feedback-status", role: "status" });
+    const button = (reaction, iconName, label) =>
+      el("button", {
+        type: "button",
+        class: "icon-button feedback",
+        "data-reaction": reaction,
+        "aria-label": label,
+        title: label,
+        "aria-pressed": current === reaction ? "true" : "false",
+        onclick: async (event) => {
+          const pressed = event.currentTarget.getAttribute("aria-pressed") === "true";
+          const chosen = pressed ? "neutral" : reaction;
+          try {
+            await api(`${scopePath()}/conversations/${this.conversationId}/turns/${this.turnId}/feedback`, {
+              method: "POST",
+              json: { reaction: chosen },
+            });
+            for (const other of this.footer.querySelectorAll("button.feedback")) {
+              other.setAttribute("aria-pressed", other.dataset.reaction === chosen ? "true" : "false");
+            }
+            thanks.textContent = chosen === "neutral" ? "Feedback cleared" : "Thanks for the feedback";
+          } catch (error) {
+            toast(`Feedback was not saved: ${error.message}`);
+          }
+        },
+      }, icon(iconName));
+    this.footer.replaceChildren(button("ok", "thumbUp", "Good answer"), button("not_ok", "thumbDown", "Bad answer"), thanks);
+    this.footer.hidden = false;
+  }
+
+  /** Fill the view from a stored turn of ``GET …/conversations/{id}``. */
+  static fromStored(turn, conversationId) {
+    const view = new TurnView({ prompt: turn.prompt, attachments: turn.attachments || [], conversationId });
+    view.setTurn(turn.turn_id);
+    for (const citation of turn.citations || []) view.sources.set(citation.sid, citation);
+    view.answerText = renderCitationTokens(turn.answer || "", view.sources);
+    view.renderAnswer();
+    view.renderSources(turn.citations);
+    view.renderFollowups(turn.followups);
+    const userFeedback = (turn.feedback || []).filter((f) => f.origin === "user").pop();
+    if (turn.state === "running") return view;
+    view.finish(turn.state === "completed" ? "completed" : turn.state);
+    if (turn.state === "failed") view.notice("This turn failed.", "failed");
+    view.renderFeedback(userFeedback ? userFeedback.reaction : null);
+    return view;
+  }
+}
+
+function formatBytes(size) {
+  if (size < 1024) return `${size} B`;
+  if (size < 1024 * 1024) return `${(size / 1024).toFixed(1)} KB`;
+  return `${(size / 1024 / 1024).toFixed(1)} MB`;
+}
+
+async function openConversationFile(conversationId, path, name) {
+  try {
+    const response = await fetch(`${scopePath()}/conversations/${conversationId}/files/${encodeURI(path)}`, {
+      headers: authHeaders(),
+    });
+    if (!response.ok) throw new Error(`${response.status}`);
+    const url = URL.createObjectURL(await response.blob());
+    const link = el("a", { href: url, download: name || "" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  } catch (error) {
+    toast(`The file cannot be opened (${error.message}).`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Plan panel
+
+function renderPlan(plan) {
+  const panel = $("plan-panel");
+  const list = $("plan-steps");
+  if (!plan || !Array.isArray(plan.steps)) {
+    panel.hidden = true;
+    list.replaceChildren();
+    return;
+  }
+  list.replaceChildren(
+    ...plan.steps.map((step) =>
+      el(
+        "li",
+        { class: `plan-step ${step.status || "pending"}` },
+        el("span", { class: "marker", "aria-hidden": "true", text: STEP_MARKERS[step.status] || "□" }),
+        el("span", { class: "label", text: step.label }),
+        el("span", { class: "visually-hidden", text: ` (${STEP_LABELS[step.status] || "pending"})` }),
+      ),
+    ),
+  );
+  panel.dataset.planId = plan.plan_id || "";
+  panel.dataset.status = plan.status || "open";
+  panel.hidden = false;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Streaming with resume: on a dropped connection, reconnect with Last-Event-ID and back off.
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+
+async function streamTurn(view, eventsUrl) {
+  const controller = new AbortController();
+  view.abort = controller;
+  let failures = 0;
+  while (!view.finished && !controller.signal.aborted) {
+    let ended = false;
+    let progressed = false;
+    try {
+      const headers = { Accept: "text/event-stream", ...authHeaders() };
+      if (view.lastEventId) headers["Last-Event-ID"] = view.lastEventId;
+      const response = await fetch(eventsUrl, { headers, signal: controller.signal, cache: "no-store" });
+      if (response.status === 401 || response.status === 403 || response.status === 404) {
+        view.fail(`http_${response.status}`, "The turn's events are no longer available.");
+        return;
+      }
+      if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
+      if (failures) view.setStatus("Reconnected.");
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      const parser = new SseParser((message) => {
+        progressed = true;
+        if (view.apply(message)) ended = true;
+      });
+      while (!ended) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        parser.push(value);
+      }
+      if (ended) {
+        reader.cancel().catch(() => {});
+        return;
+      }
+    } catch (error) {
+      if (controller.signal.aborted) return;
+    }
+    if (view.finished) return;
+    failures = progressed ? 1 : failures + 1;
+    if (failures > RECONNECT.maxAttempts) {
+      view.fail("connection_lost", "The connection to the server was lost.");
+      return;
+    }
+    const delay = Math.min(RECONNECT.firstDelayMs * 2 ** (failures - 1), RECONNECT.maxDelayMs);
+    view.setStatus("Connection lost; reconnecting…");
+    view.root.dataset.reconnects = String(Number(view.root.dataset.reconnects || 0) + 1);
+    await sleep(delay * (0.8 + Math.random() * 0.4), controller.signal);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sending messages
+
+function setRunning(view) {
+  state.running = view;
+  $("send-button").disabled = Boolean(view);
+  $("stop-button").hidden = !view;
+  for (const chip of document.querySelectorAll("button.followup")) chip.disabled = Boolean(view);
+}
+
+function timezone() {
+  try {
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  } catch {
+    return "UTC";
+  }
+}
+
+function appendTurn(view) {
+  $("empty-state").hidden = true;
+  $("messages").append(view.root);
+  scrollMessages(true);
+}
+
+async function ensureConversation() {
+  if (state.conversationId) return state.conversationId;
+  const created = await api(`${scopePath()}/conversations`, { method: "POST", json: state.bundle ? { bundle: state.bundle } : {} });
+  state.conversationId = created.id;
+  state.conversations = new Map([[created.id, created], ...state.conversations]);
+  renderConversationList();
+  return created.id;
+}
+
+async function sendMessage(text) {
+  const message = (text || "").trim();
+  if (!message) return;
+  if (state.running) {
+    toast("Wait for the current answer to finish, or stop it.");
+    return;
+  }
+  const files = [...state.files];
+  const view = new TurnView({ prompt: message, attachments: files.map((f) => ({ name: f.name, size: f.size })) });
+  setRunning(view);
+  appendTurn(view);
+  view.setStatus("Sending…");
+  try {
+    const conversationId = await ensureConversation();
+    view.conversationId = conversationId;
+    const url = `${scopePath()}/conversations/${conversationId}/turns`;
+    let started;
+    if (files.length) {
+      const form = new FormData();
+      form.append("message", message);
+      if (state.bundle) form.append("bundle", state.bundle);
+      form.append("timezone", timezone());
+      for (const file of files) form.append("files", file, file.name);
+      started = await api(url, { method: "POST", form });
+    } else {
+      started = await api(url, { method: "POST", json: { message, bundle: state.bundle || undefined, timezone: timezone() } });
+    }
+    clearComposer();
+    view.setTurn(started.turn_id);
+    await streamTurn(view, started.events_url);
+    touchConversation(conversationId, message);
+  } catch (error) {
+    if (error.name !== "AbortError") view.fail(error.code, error.message);
+  } finally {
+    if (state.running === view) setRunning(null);
+  }
+}
+
+function clearComposer() {
+  const input = $("composer-input");
+  input.value = "";
+  autoGrow(input);
+  state.files = [];
+  renderFileChips();
+}
+
+function autoGrow(textarea) {
+  textarea.style.height = "";
+  if (!textarea.value) return; // Chromium counts a wrapped placeholder in scrollHeight
+  textarea.style.height = `${Math.min(textarea.scrollHeight + 2, 240)}px`;
+}
+
+function renderFileChips() {
+  const list = $("attachment-list");
+  list.replaceChildren(
+    ...state.files.map((file, index) =>
+      el(
+        "li",
+        { class: "chip" },
+        icon("file"),
+        `${file.name} (${formatBytes(file.size)})`,
+        el("button", {
+          type: "button",
+          class: "chip-remove",
+          "aria-label": `Remove ${file.name}`,
+          text: "×",
+          onclick: () => {
+            state.files.splice(index, 1);
+            renderFileChips();
+          },
+        }),
+      ),
+    ),
+  );
+  list.hidden = state.files.length === 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Conversations
+
+function touchConversation(conversationId, message) {
+  const meta = state.conversations.get(conversationId);
+  if (!meta) return;
+  meta.title = meta.title || message.slice(0, 80);
+  meta.updated_at = new Date().toISOString();
+  state.conversations.delete(conversationId);
+  state.conversations = new Map([[conversationId, meta], ...state.conversations]);
+  renderConversationList();
+}
+
+function renderConversationList() {
+  const list = $("conversation-list");
+  list.replaceChildren(
+    ...[...state.conversations.values()].map((conversation) =>
+      el(
+        "li",
+        {},
+        el(
+          "button",
+          {
+            type: "button",
+            class: "conversation-item",
+            "data-conversation-id": conversation.id,
+            "aria-current": conversation.id === state.conversationId ? "true" : null,
+            onclick: () => openConversation(conversation.id),
+          },
+          el("span", { class: "conversation-title", text: conversation.title || "Untitled conversation" }),
+          el("span", { class: "conversation-meta muted small", text: `${conversation.bundle || ""} · ${relativeTime(conversation.updated_at)}` }),
+        ),
+      ),
+    ),
+  );
+  $("conversation-empty").hidden = state.conversations.size > 0;
+  $("load-more").hidden = !state.nextBefore;
+}
+
+async function loadConversations({ reset }) {
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (!reset && state.nextBefore) params.set("before", state.nextBefore);
+  const page = await api(`${scopePath()}/conversations?${params}`);
+  if (reset) state.conversations = new Map();
+  for (const item of page.items) state.conversations.set(item.id, item);
+  state.nextBefore = page.next_before;
+  renderConversationList();
+}
+
+function resetChat() {
+  stopStreaming();
+  state.conversationId = null;
+  const messages = $("messages");
+  messages.replaceChildren($("empty-state"));
+  $("empty-state").hidden = false;
+  renderPlan(null);
+  renderConversationList();
+}
+
+function stopStreaming() {
+  if (state.running?.abort) state.running.abort.abort();
+  setRunning(null);
+}
+
+async function openConversation(conversationId) {
+  closeDrawers();
+  resetChat();
+  state.conversationId = conversationId;
+  renderConversationList();
+  const token = (state.loadToken += 1);
+  let detail;
+  try {
+    detail = await api(`${scopePath()}/conversations/${encodeURIComponent(conversationId)}`);
+  } catch (error) {
+    toast(`The conversation cannot be loaded: ${error.message}`);
+    return;
+  }
+  if (token !== state.loadToken) return;
+  if (detail.bundle && state.bundles.some((b) => b.id === detail.bundle)) selectBundle(detail.bundle);
+  const views = detail.turns.map((turn) => TurnView.fromStored(turn, conversationId));
+  for (const view of views) appendTurn(view);
+  const running = views.find((view) => !view.finished);
+  if (running) {
+    setRunning(running);
+    const eventsUrl = `${scopePath()}/conversations/${conversationId}/turns/${running.turnId}/events`;
+    running.answerText = "";
+    streamTurn(running, eventsUrl).finally(() => state.running === running && setRunning(null));
+  }
+  $("composer-input").focus();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Bundles and widgets
+
+function renderBundles() {
+  const select = $("bundle-select");
+  select.replaceChildren(
+    ...state.bundles.map((bundle) =>
+      el("option", {
+        value: bundle.id,
+        text: `${bundle.title || bundle.id}${bundle.default ? " (default)" : ""}${bundle.state !== "loaded" ? ` — ${bundle.state}` : ""}`,
+        title: bundle.description || "",
+      }),
+    ),
+  );
+  select.disabled = state.bundles.length === 0;
+  const remembered = localStorage.getItem(STORAGE.bundle(state.tenant, state.project));
+  const fallback = state.bundles.find((b) => b.default) || state.bundles[0];
+  const chosen = state.bundles.some((b) => b.id === remembered) ? remembered : fallback?.id;
+  if (chosen) selectBundle(chosen);
+  else renderWidgets(null);
+}
+
+function selectBundle(bundleId) {
+  state.bundle = bundleId;
+  $("bundle-select").value = bundleId;
+  renderWidgets(state.bundles.find((b) => b.id === bundleId) || null);
+}
+
+function renderWidgets(bundle) {
+  const box = $("widgets");
+  const widgets = bundle ? bundle.widgets || [] : [];
+  const current = [...box.querySelectorAll("iframe")].map((f) => f.getAttribute("src")).join("|");
+  if (current === widgets.map((w) => w.url).join("|") && current) return;
+  box.replaceChildren(
+    ...widgets.map((widget) =>
+      el(
+        "figure",
+        { class: "widget", "data-widget": widget.alias },
+        el("figcaption", {}, widget.icon ? `${widget.icon} ` : "", widget.title || widget.alias),
+        // Sandboxed without allow-same-origin: a widget cannot read this page's storage (the API key).
+        el("iframe", { src: widget.url, title: widget.title || widget.alias, sandbox: "allow-scripts allow-forms", loading: "lazy" }),
+      ),
+    ),
+  );
+  $("widgets-empty").hidden = widgets.length > 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sign-in and workspace (tenant/project)
+
+function showLogin(message = "") {
+  $("app").hidden = true;
+  $("login").hidden = false;
+  $("login-tenant").value = state.tenant;
+  $("login-project").value = state.project;
+  const error = $("login-error");
+  error.textContent = message;
+  error.hidden = !message;
+  document.body.dataset.view = "login";
+  $("login-key").focus();
+}
+
+function showApp() {
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("sign-out").hidden = !state.key;
+  $("account-label").textContent = state.key ? "Signed in with an API key" : "";
+  $("tenant-input").value = state.tenant;
+  $("project-input").value = state.project;
+  document.body.dataset.view = "app";
+}
+
+function rememberScope(tenant, project) {
+  state.tenant = tenant;
+  state.project = project;
+  localStorage.setItem(STORAGE.tenant, tenant);
+  localStorage.setItem(STORAGE.project, project);
+}
+
+async function openScope() {
+  document.body.dataset.ready = "false";
+  let bundles;
+  try {
+    bundles = await api(`${scopePath()}/bundles`, { key: state.key });
+  } catch (error) {
+    if (error.status === 401) {
+      const rejected = Boolean(state.key);
+      state.key = null;
+      localStorage.removeItem(STORAGE.key);
+      showLogin(rejected ? "The saved API key was not accepted; sign in again." : "");
+      return;
+    }
+    showApp();
+    resetChat();
+    state.bundles = [];
+    state.conversations = new Map();
+    state.nextBefore = null;
+    renderBundles();
+    renderConversationList();
+    const scopeError = $("scope-error");
+    scopeError.textContent =
+      error.status === 404
+        ? `No access to ${state.tenant}/${state.project}: it does not exist or your key does not cover it. Pick another tenant and project above.`
+        : `The workspace cannot be opened: ${error.message}`;
+    scopeError.hidden = false;
+    document.body.dataset.ready = "true";
+    return;
+  }
+  $("scope-error").hidden = true;
+  showApp();
+  state.bundles = bundles;
+  renderBundles();
+  resetChat();
+  try {
+    await loadConversations({ reset: true });
+  } catch (error) {
+    toast(`Conversations cannot be listed: ${error.message}`);
+  }
+  document.body.dataset.ready = "true";
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const key = $("login-key").value.trim();
+  const tenant = $("login-tenant").value.trim() || "default";
+  const project = $("login-project").value.trim() || "default";
+  const error = $("login-error");
+  error.hidden = true;
+  try {
+    await api(`${scopePath(tenant, project)}/bundles`, { key });
+  } catch (failure) {
+    error.textContent =
+      failure.status === 401
+        ? "This API key is not known to the server."
+        : failure.status === 404
+          ? `The key works, but it does not cover ${tenant}/${project} (or that project does not exist).`
+          : failure.message;
+    error.hidden = false;
+    return;
+  }
+  state.key = key;
+  localStorage.setItem(STORAGE.key, key);
+  rememberScope(tenant, project);
+  $("login-key").value = "";
+  await openScope();
+}
+
+function signOut() {
+  stopStreaming();
+  state.key = null;
+  localStorage.removeItem(STORAGE.key);
+  openScope();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Layout toggles for narrow screens
+
+function toggleDrawer(buttonId, className) {
+  const button = $(buttonId);
+  const open = !document.body.classList.contains(className);
+  closeDrawers();
+  document.body.classList.toggle(className, open);
+  button.setAttribute("aria-expanded", String(open));
+}
+
+function closeDrawers() {
+  document.body.classList.remove("sidebar-open", "side-open");
+  $("toggle-sidebar").setAttribute("aria-expanded", "false");
+  $("toggle-side").setAttribute("aria-expanded", "false");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Start-up
+
+function wire() {
+  $("login-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", signOut);
+  $("scope-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    rememberScope($("tenant-input").value.trim(), $("project-input").value.trim());
+    openScope();
+  });
+  $("bundle-select").addEventListener("change", (event) => {
+    selectBundle(event.target.value);
+    localStorage.setItem(STORAGE.bundle(state.tenant, state.project), event.target.value);
+  });
+  $("new-conversation").addEventListener("click", () => {
+    closeDrawers();
+    resetChat();
+    $("composer-input").focus();
+  });
+  $("load-more").addEventListener("click", () => loadConversations({ reset: false }).catch((e) => toast(e.message)));
+  const input = $("composer-input");
+  input.addEventListener("input", () => autoGrow(input));
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  $("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sendMessage(input.value);
+  });
+  $("file-input").addEventListener("change", (event) => {
+    state.files.push(...event.target.files);
+    event.target.value = "";
+    renderFileChips();
+  });
+  $("stop-button").addEventListener("click", async () => {
+    const view = state.running;
+    if (!view?.turnId) return;
+    try {
+      await api(`${scopePath()}/conversations/${view.conversationId}/turns/${view.turnId}/cancel`, { method: "POST" });
+      view.setStatus("Stopping…");
+    } catch (error) {
+      toast(`The turn cannot be stopped: ${error.message}`);
+    }
+  });
+  $("toggle-sidebar").addEventListener("click", () => toggleDrawer("toggle-sidebar", "sidebar-open"));
+  $("toggle-side").addEventListener("click", () => toggleDrawer("toggle-side", "side-open"));
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") closeDrawers();
+  });
+}
+
+wire();
+openScope();

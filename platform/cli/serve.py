@@ -1,0 +1,152 @@
+"""``berth run`` (serve the API and web UI) and ``berth chat`` (a terminal chat)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from berth.api.app import build_services, create_app
+from berth.cli.bundles import DESCRIPTORS_OPTION
+from berth.config import ConfigError, Configuration
+from berth.config.models.gateway import is_loopback_host
+
+DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "api" / "demo_script.yaml"
+
+
+def demo_overrides(config: Configuration) -> dict[str, Any]:
+    """Platform overrides that put every model role on the scripted demo model."""
+    scripted = {"provider": "scripted", "model": str(DEMO_SCRIPT), "api_key": None, "base_url": None}
+    roles = {role: dict(scripted) for role in config.settings_for().models.roles}
+    return {"models": {"default": dict(scripted), "roles": roles}}
+
+
+def check_model_credentials(config: Configuration) -> None:
+    """Refuse to start when the default model needs a key that is missing, saying how to fix it."""
+    model = config.settings_for().models.default
+    if model.provider != "anthropic":
+        return
+    try:
+        if model.api_key is not None:
+            config.secret_resolver.resolve_setting(model.api_key, "models.default.api_key")
+        else:
+            config.secret("anthropic_api_key")
+    except ConfigError as exc:
+        raise ConfigError(
+            "model_key_missing",
+            f"the default model ({model.provider}:{model.model}) needs an API key, but {exc}. Set it (for example "
+            "export ANTHROPIC_API_KEY=… with 'anthropic_api_key: env:ANTHROPIC_API_KEY' in secrets.yaml), or "
+            "try Berth without a key: berth run --demo (the scripted demo model)",
+        ) from None
+
+
+@click.command("run")
+@DESCRIPTORS_OPTION
+@click.option("--host", help="address to listen on (default: gateway.yaml listen.host, 127.0.0.1)")
+@click.option("--port", type=int, help="port (default: gateway.yaml listen.port, 8000)")
+@click.option("--reload", "watch", is_flag=True, help="development: reload bundles and descriptors when files change")
+@click.option("--demo", is_flag=True, help="answer with the scripted demo model (no API key needed)")
+@click.option("--var", "var_root", type=click.Path(file_okay=False, path_type=Path), help="storage root override")
+def run(
+    descriptors: Path | None, host: str | None, port: int | None, watch: bool, demo: bool, var_root: Path | None
+) -> None:
+    """Serve the HTTP API and the web UI."""
+    import uvicorn
+
+    services = build_services(descriptors, var_root=var_root, watch=watch)
+    config = services.initial_config
+    assert config is not None
+    if demo:
+        services = build_services(
+            descriptors, var_root=var_root, watch=watch, platform_overrides=demo_overrides(config)
+        )
+        config = services.initial_config
+        assert config is not None
+    else:
+        check_model_credentials(config)
+    gateway = config.descriptors.gateway
+    bind_host = host or gateway.listen.host
+    bind_port = port or gateway.listen.port
+    if gateway.auth.mode == "none" and not is_loopback_host(bind_host):
+        raise ConfigError(
+            "auth_none_public",
+            f"auth mode 'none' may only listen on loopback, not {bind_host}; configure API keys in gateway.yaml",
+        )
+    url = f"http://{'127.0.0.1' if bind_host in ('0.0.0.0', '::') else bind_host}:{bind_port}/"  # noqa: S104
+    click.echo(f"Berth {'(demo model) ' if demo else ''}serving on {url}", err=True)
+    uvicorn.run(create_app(services=services), host=bind_host, port=bind_port, log_level="warning")
+
+
+async def _stream_turn(client: httpx.AsyncClient, base: str, events_url: str) -> None:
+    async with client.stream("GET", base + events_url, timeout=None) as response:
+        event = ""
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                if event == "channel.delta" and data.get("marker") == "answer":
+                    click.echo(data["text"], nl=False)
+                elif event == "tool.call":
+                    click.secho(f"  · {data['tool_id']}", fg="cyan", err=True)
+                elif event == "turn.completed":
+                    click.echo()
+                    for followup in data.get("followups") or []:
+                        click.secho(f"  → {followup}", fg="green")
+                    return
+                elif event == "turn.failed":
+                    click.secho(f"\nturn failed [{data.get('code')}]: {data.get('message')}", fg="red", err=True)
+                    return
+
+
+@click.command("chat")
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="a running Berth host")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--project", default="default", show_default=True)
+@click.option("--bundle", help="bundle id (default: the project's default bundle)")
+@click.option("--api-key", envvar="BERTH_API_KEY", help="API key (or $BERTH_API_KEY)")
+@click.option("--message", "-m", multiple=True, help="send these messages and exit (non-interactive)")
+def chat(
+    url: str, tenant: str, project: str, bundle: str | None, api_key: str | None, message: tuple[str, ...]
+) -> None:
+    """Chat in the terminal with a bundle of a running host, streaming the answer."""
+
+    async def session() -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+            prefix = f"/v1/{tenant}/{project}"
+            created = await client.post(f"{prefix}/conversations", json={"bundle": bundle} if bundle else {})
+            if created.status_code != 201:
+                raise click.ClickException(f"cannot start a conversation: {created.text}")
+            conversation = created.json()["id"]
+            inputs = iter(message) if message else None
+            while True:
+                if inputs is not None:
+                    text = next(inputs, None)
+                    if text is None:
+                        return
+                    click.secho(f"> {text}", fg="yellow")
+                else:
+                    try:
+                        text = await asyncio.to_thread(input, "> ")
+                    except EOFError:
+                        return
+                if not text.strip():
+                    continue
+                started = await client.post(f"{prefix}/conversations/{conversation}/turns", json={"message": text})
+                if started.status_code != 202:
+                    click.secho(f"refused: {started.text}", fg="red", err=True)
+                    continue
+                await _stream_turn(client, url, started.json()["events_url"])
+
+    try:
+        asyncio.run(session())
+    except httpx.ConnectError:
+        raise click.ClickException(f"no Berth host answers at {url}; start one with `berth run`") from None
+    except KeyboardInterrupt:
+        sys.exit(0)

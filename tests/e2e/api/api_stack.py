@@ -1,0 +1,151 @@
+"""An API process for tests: real app, real bundles, SQLite under tmp, a scripted model from a file."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+import yaml
+
+from berth.api import build_services, create_app
+from berth.api.services import HostServices
+
+KEYS = {"acme": "acme-key-0001", "globex": "globex-key-0002", "admin": "admin-key-0003"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def write_stack_descriptors(
+    root: Path, script: Path, bundles: dict[str, Any] | None = None, auth: str = "api_keys"
+) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    assembly = {
+        "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}},
+        "tenants": {"acme": {"projects": {"support": {}, "sales": {}}}, "globex": {"projects": {"research": {}}}},
+    }
+    bundles = bundles or {"hello": {"source": {"entry_point": "hello"}}}
+    scopes = {
+        "acme": {"bundles": sorted(bundles), "default_bundle": sorted(bundles)[0]},
+        "globex": {"bundles": sorted(bundles)},
+    }
+    gateway: dict[str, Any] = {"auth": {"mode": auth}}
+    if auth == "api_keys":
+        gateway["auth"]["keys"] = [
+            {"id": "acme-user", "sha256": key_hash(KEYS["acme"]), "tenant": "acme", "projects": ["support"]},
+            {"id": "globex-user", "sha256": key_hash(KEYS["globex"]), "tenant": "globex"},
+            {"id": "ops", "sha256": key_hash(KEYS["admin"]), "tenant": "*", "roles": ["admin", "user"]},
+        ]
+    (root / "assembly.yaml").write_text(yaml.safe_dump(assembly))
+    (root / "bundles.yaml").write_text(yaml.safe_dump({"bundles": bundles, "tenants": scopes}))
+    (root / "gateway.yaml").write_text(yaml.safe_dump(gateway))
+    return root
+
+
+def write_script(path: Path, responses: Sequence[str], repeat: bool = False) -> Path:
+    path.write_text(yaml.safe_dump({"chunk_size": 9, "repeat": repeat, "responses": list(responses)}))
+    return path
+
+
+@dataclass
+class ApiStack:
+    """The app's client and services."""
+
+    client: httpx.AsyncClient
+    services: HostServices
+
+    def auth(self, who: str = "acme") -> dict[str, str]:
+        return {"Authorization": f"Bearer {KEYS[who]}"}
+
+    async def conversation(self, who: str = "acme", tenant: str = "acme", project: str = "support", **body: Any) -> str:
+        response = await self.client.post(f"/v1/{tenant}/{project}/conversations", json=body, headers=self.auth(who))
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    async def start_turn(
+        self,
+        conversation: str,
+        message: str,
+        who: str = "acme",
+        tenant: str = "acme",
+        project: str = "support",
+        **body: Any,
+    ) -> dict[str, Any]:
+        response = await self.client.post(
+            f"/v1/{tenant}/{project}/conversations/{conversation}/turns",
+            json={"message": message, **body},
+            headers=self.auth(who),
+        )
+        assert response.status_code == 202, response.text
+        return dict(response.json())
+
+    async def events(
+        self, events_url: str, who: str = "acme", last_event_id: str | None = None, limit: int | None = None
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        """(id, event, data) of the stream, until the turn ends (or ``limit`` events)."""
+        headers = self.auth(who)
+        if last_event_id:
+            headers["Last-Event-ID"] = last_event_id
+        found: list[tuple[str, str, dict[str, Any]]] = []
+        async with self.client.stream("GET", events_url, headers=headers) as response:
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            frame: dict[str, str] = {}
+            async for line in response.aiter_lines():
+                if line.startswith(":"):
+                    continue
+                if not line:
+                    if frame:
+                        found.append((frame["id"], frame["event"], json.loads(frame["data"])))
+                        frame = {}
+                        if limit is not None and len(found) >= limit:
+                            break
+                    continue
+                name, _, value = line.partition(": ")
+                frame[name] = value
+        return found
+
+
+@asynccontextmanager
+async def api_stack(
+    tmp_path: Path,
+    responses: Sequence[str],
+    *,
+    bundles: dict[str, Any] | None = None,
+    auth: str = "api_keys",
+    repeat: bool = False,
+) -> AsyncIterator[ApiStack]:
+    script = write_script(tmp_path / "script.yaml", responses, repeat)
+    descriptors = write_stack_descriptors(tmp_path / "descriptors", script, bundles, auth)
+    services = build_services(descriptors, var_root=tmp_path / "var")
+    app = create_app(services=services)
+    # a real server on loopback: httpx's ASGI transport buffers whole responses, so it cannot stream SSE
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield ApiStack(client, services)
+    finally:
+        server.should_exit = True
+        await serving

@@ -1,0 +1,199 @@
+"""Auth, scoping and bad requests: every route refuses what it must, with a JSON error, storing nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from api_stack import ApiStack, api_stack
+from openapi_spec_validator import validate
+
+ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>Hi!</channel:answer>'
+
+
+async def a_finished_turn(stack: ApiStack) -> tuple[str, str]:
+    conversation = await stack.conversation()
+    started = await stack.start_turn(conversation, "hello")
+    await stack.events(started["events_url"])
+    return conversation, started["turn_id"]
+
+
+async def test_requests_without_a_valid_key_are_refused(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER]) as stack:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"}):
+            response = await stack.client.get("/v1/acme/support/conversations", headers=headers)
+            assert response.status_code == 401
+            assert response.json()["error"]["code"] == "unauthorized"
+            assert response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_a_key_of_one_tenant_gets_404_for_another_on_every_route(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER] * 3, repeat=True) as stack:
+        conversation, turn = await a_finished_turn(stack)
+        base = f"/v1/acme/support/conversations/{conversation}"
+        routes = [
+            ("GET", "/v1/acme/support/conversations", None),
+            ("POST", "/v1/acme/support/conversations", {}),
+            ("GET", base, None),
+            ("POST", f"{base}/turns", {"message": "x"}),
+            ("GET", f"{base}/turns/{turn}/events", None),
+            ("POST", f"{base}/turns/{turn}/cancel", None),
+            ("POST", f"{base}/turns/{turn}/feedback", {"reaction": "ok"}),
+            ("GET", f"{base}/files/fi:{turn}.outputs/x.txt", None),
+            ("GET", "/v1/acme/support/bundles", None),
+            ("GET", "/v1/acme/support/feedback?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z", None),
+            ("GET", "/v1/acme/support/bundles/hello/ops/anything", None),
+        ]
+        for method, url, body in routes:
+            response = await stack.client.request(method, url, json=body, headers=stack.auth("globex"))
+            assert response.status_code == 404, (method, url, response.text)
+            assert response.json()["error"]["code"] == "not_found"
+        # the acme key covers only acme/support: another project of the same tenant is not found either
+        other = await stack.client.get("/v1/acme/sales/conversations", headers=stack.auth("acme"))
+        assert other.status_code == 404
+        # and an admin of every tenant still sees only its own conversations
+        admin_view = await stack.client.get(base, headers=stack.auth("admin"))
+        assert admin_view.status_code == 404
+
+
+async def test_admin_routes_need_the_admin_role(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER]) as stack:
+        for method, url in (
+            ("GET", "/v1/admin/bundles"),
+            ("POST", "/v1/admin/bundles/hello/reload"),
+            ("GET", "/v1/admin/workers"),
+        ):
+            refused = await stack.client.request(method, url, headers=stack.auth("acme"))
+            assert refused.status_code == 403
+            allowed = await stack.client.request(method, url, headers=stack.auth("admin"))
+            assert allowed.status_code == 200, allowed.text
+        reloaded = (await stack.client.post("/v1/admin/bundles/hello/reload", headers=stack.auth("admin"))).json()
+        assert (reloaded["ok"], reloaded["generation"]) == (True, 3)
+        bundles = (await stack.client.get("/v1/admin/bundles", headers=stack.auth("admin"))).json()
+        assert bundles["bundles"][0]["generation"] == 3
+        missing = await stack.client.post("/v1/admin/bundles/ghost/reload", headers=stack.auth("admin"))
+        assert missing.status_code == 404
+
+
+async def conversation_count(stack: ApiStack) -> int:
+    listing = await stack.client.get("/v1/acme/support/conversations", headers=stack.auth())
+    return len(listing.json()["items"])
+
+
+async def test_bad_requests_get_the_right_status_and_change_nothing(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER] * 2, repeat=True) as stack:
+        conversation, turn = await a_finished_turn(stack)
+        turns_url = f"/v1/acme/support/conversations/{conversation}/turns"
+        before = (await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())).json()
+        count = await conversation_count(stack)
+        cases = [
+            ("unknown tenant", "POST", "/v1/initech/main/conversations", {"json": {}}, 404, "not_found"),
+            (
+                "bad JSON",
+                "POST",
+                turns_url,
+                {"content": b"{not json", "headers": {"content-type": "application/json"}},
+                422,
+                "invalid_request",
+            ),
+            ("unknown field", "POST", turns_url, {"json": {"message": "x", "mesage": "y"}}, 422, "invalid_request"),
+            (
+                "wrong content type",
+                "POST",
+                turns_url,
+                {"content": b"message=x", "headers": {"content-type": "application/x-www-form-urlencoded"}},
+                415,
+                "unsupported_media_type",
+            ),
+            (
+                "30 MB body",
+                "POST",
+                turns_url,
+                {"content": b"x" * (30 * 1024 * 1024), "headers": {"content-type": "application/json"}},
+                413,
+                "payload_too_large",
+            ),
+            (
+                "unknown bundle",
+                "POST",
+                turns_url,
+                {"json": {"message": "x", "bundle": "ghost"}},
+                404,
+                "bundle_not_found",
+            ),
+            ("reused turn id", "POST", turns_url, {"json": {"message": "x", "turn_id": turn}}, 409, "turn_exists"),
+            ("bad conversation id", "GET", "/v1/acme/support/conversations/..%2F..%2Fetc", {}, 404, "not_found"),
+            (
+                "traversal in a file path",
+                "GET",
+                f"/v1/acme/support/conversations/{conversation}/files/fi:{turn}.outputs/%2E%2E/%2E%2E/x",
+                {},
+                400,
+                "unsafe_path",
+            ),
+        ]
+        for name, method, url, kwargs, status, code in cases:
+            headers = {**stack.auth(), **kwargs.pop("headers", {})}
+            response = await stack.client.request(method, url, headers=headers, **kwargs)
+            assert response.status_code == status, (name, response.status_code, response.text[:300])
+            assert response.json()["error"]["code"] == code, (name, response.text[:300])
+            assert "Traceback" not in response.text
+        after = (await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())).json()
+        assert after == before
+        assert await conversation_count(stack) == count
+
+
+@pytest.mark.parametrize("path", ["../../../etc/passwd", "..%2F..%2Fpyproject.toml", "%2e%2e/%2e%2e/x", "nope.html"])
+async def test_widget_paths_never_leave_the_widget_folder(tmp_path: Path, path: str) -> None:
+    async with api_stack(tmp_path, [ANSWER]) as stack:
+        ok = await stack.client.get("/b/hello/widgets/greeter/")
+        assert ok.status_code == 200
+        assert "Greeter" in ok.text
+        response = await stack.client.get(f"/b/hello/widgets/greeter/{path}")
+        assert response.status_code == 404
+        assert "root:" not in response.text
+
+
+async def test_ops_endpoints_and_a_valid_openapi_document(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER]) as stack:
+        await a_finished_turn(stack)
+        assert (await stack.client.get("/healthz")).json() == {"status": "ok"}
+        ready = await stack.client.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["checks"]["bundles"] == ["hello"]
+        metrics = (await stack.client.get("/metrics")).text
+        for name in (
+            "berth_turns_total",
+            "berth_rounds_total",
+            "berth_tokens_total",
+            "berth_bundle_reloads_total",
+            "berth_http_request_duration_seconds_bucket",
+        ):
+            assert name in metrics
+        assert 'berth_turns_total{outcome="completed",tenant="acme"} 1.0' in metrics
+        document = (await stack.client.get("/openapi.json")).json()
+        validate(document)
+        assert "/v1/{tenant}/{project}/conversations/{conversation_id}/turns" in document["paths"]
+        assert json.dumps(document)
+
+
+async def test_me_says_what_a_key_covers(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER]) as stack:
+        me = (await stack.client.get("/v1/me", headers=stack.auth("acme"))).json()
+        assert me == {
+            "key_id": "acme-user",
+            "tenant": "acme",
+            "projects": ["support"],
+            "roles": ["user"],
+            "scopes": ["acme/support"],
+        }
+        assert (await stack.client.get("/v1/me")).status_code == 401
+
+
+async def test_auth_none_serves_the_local_user(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER], auth="none") as stack:
+        created = await stack.client.post("/v1/acme/support/conversations", json={})
+        assert created.status_code == 201
+        listing = await stack.client.get("/v1/globex/research/conversations")
+        assert listing.status_code == 200

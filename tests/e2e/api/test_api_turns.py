@@ -1,0 +1,176 @@
+"""Turns over HTTP: start returns at once, events stream as SSE, resume with Last-Event-ID, cancel."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from api_stack import api_stack
+
+ACTION = '<channel:thinking>t</channel:thinking><channel:action>{"action": "call_tool", "tool_call": {"tool_id": "hello.greet", "params": {"name": "Ada"}}}</channel:action>'  # noqa: E501
+READ_SKILL = '<channel:action>{"action": "call_tool", "tool_call": {"tool_id": "react.read", "params": {"paths": ["sk:greeting-etiquette"]}}}</channel:action>'  # noqa: E501
+ANSWER = (
+    '<channel:action>{"action": "complete"}</channel:action><channel:answer>Hello, Ada! Use names [[S:1]].'
+    '</channel:answer><channel:followups>{"followups": ["Again?"]}</channel:followups>'
+)
+
+
+async def test_a_turn_streams_every_event_and_is_stored(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [READ_SKILL, ACTION, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "greet Ada")
+        events = await stack.events(started["events_url"])
+        turn_id = started["turn_id"]
+        assert [event_id for event_id, _, _ in events] == [f"{turn_id}:{n}" for n in range(1, len(events) + 1)]
+        kinds = [kind for _, kind, _ in events]
+        assert kinds[0] == "turn.started"
+        assert kinds[-1] == "turn.completed"
+        for kind in ("channel.delta", "channel.done", "tool.call", "tool.result", "citation.sources"):
+            assert kind in kinds
+        answer = "".join(d["text"] for _, k, d in events if k == "channel.delta" and d["marker"] == "answer")
+        assert answer == "Hello, Ada! Use names [Greeting (Wikipedia)](https://en.wikipedia.org/wiki/Greeting)."
+        completed = events[-1][2]
+        assert completed["followups"] == ["Again?"]
+        assert completed["sources_used"][0]["url"] == "https://en.wikipedia.org/wiki/Greeting"
+        detail = (await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())).json()
+        (turn,) = detail["turns"]
+        assert (turn["turn_id"], turn["state"], turn["prompt"]) == (turn_id, "completed", "greet Ada")
+        assert turn["citations"] == [
+            {"sid": 1, "url": "https://en.wikipedia.org/wiki/Greeting", "title": "Greeting (Wikipedia)"}
+        ]
+        assert turn["followups"] == ["Again?"]
+
+
+async def test_reconnecting_with_last_event_id_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ACTION, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "hi")
+        first = await stack.events(started["events_url"], limit=5)
+        rest = await stack.events(started["events_url"], last_event_id=first[-1][0])
+        everything = await stack.events(started["events_url"])
+        assert [e[0] for e in first + rest] == [e[0] for e in everything]
+        assert first + rest == everything
+
+
+async def test_a_client_disconnect_does_not_cancel_the_turn(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ACTION, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "hi")
+        await stack.events(started["events_url"], limit=1)
+        rest = await stack.events(started["events_url"], last_event_id=f"{started['turn_id']}:1")
+        assert rest[-1][1] == "turn.completed"
+
+
+SLOW_BUNDLE = '''
+import asyncio
+from berth import AgentSpec, BundleInfo, hookimpl, tool
+
+@tool
+async def wait_forever() -> str:
+    """Never returns."""
+    await asyncio.Event().wait()
+    return "unreachable"
+
+@hookimpl
+def berth_bundle():
+    return BundleInfo(id="slow", version="1")
+
+@hookimpl
+def berth_agent(ctx):
+    return AgentSpec(instructions="wait")
+
+@hookimpl
+def berth_tools(ctx):
+    return [wait_forever]
+'''
+WAIT = (
+    '<channel:action>{"action": "call_tool", "tool_call": {"tool_id": "slow.wait_forever", "params": {}}}'
+    "</channel:action>"
+)
+
+
+async def test_cancel_stops_the_running_tool_and_records_the_turn_as_cancelled(tmp_path: Path) -> None:
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(textwrap.dedent(SLOW_BUNDLE))
+    async with api_stack(tmp_path, [WAIT], bundles={"slow": {"source": {"path": str(folder)}}}) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "wait")
+        until_call = await stack.events(started["events_url"], limit=2)
+        assert until_call[-1][1] == "tool.call"
+        url = f"/v1/acme/support/conversations/{conversation}/turns/{started['turn_id']}/cancel"
+        cancelled = await stack.client.post(url, headers=stack.auth())
+        assert cancelled.status_code == 202
+        assert cancelled.json()["cancelled"] is True
+        events = await stack.events(started["events_url"], last_event_id=until_call[-1][0])
+        assert events[-1][1] == "turn.failed"
+        assert events[-1][2]["code"] == "cancelled"
+        detail = (await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())).json()
+        assert detail["turns"][0]["state"] == "cancelled"
+        again = await stack.client.post(url, headers=stack.auth())
+        assert again.json()["cancelled"] is False
+
+
+async def test_feedback_is_stored_and_reported(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        turns = []
+        for _ in range(2):
+            started = await stack.start_turn(conversation, "hi")
+            await stack.events(started["events_url"])
+            turns.append(started["turn_id"])
+        base = f"/v1/acme/support/conversations/{conversation}/turns"
+        ok = await stack.client.post(
+            f"{base}/{turns[0]}/feedback", json={"reaction": "ok", "text": "great"}, headers=stack.auth()
+        )
+        bad = await stack.client.post(f"{base}/{turns[1]}/feedback", json={"reaction": "not_ok"}, headers=stack.auth())
+        assert (ok.status_code, bad.status_code) == (200, 200)
+        report = await stack.client.get(
+            "/v1/acme/support/feedback",
+            params={"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"},
+            headers=stack.auth(),
+        )
+        assert report.json()["satisfaction_rate"] == 0.5
+        detail = (await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())).json()
+        assert detail["turns"][0]["feedback"][0]["text"] == "great"
+
+
+async def test_files_of_outputs_are_downloadable(tmp_path: Path) -> None:
+    write = json.dumps(
+        {
+            "action": "call_tool",
+            "tool_call": {
+                "tool_id": "react.write",
+                "params": {"path": "outputs/report.md", "content": "# Report\n", "kind": "file"},
+            },
+        }
+    )
+    async with api_stack(tmp_path, [f"<channel:action>{write}</channel:action>", ANSWER]) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "write")
+        await stack.events(started["events_url"])
+        url = f"/v1/acme/support/conversations/{conversation}/files/fi:{started['turn_id']}.outputs/report.md"
+        response = await stack.client.get(url, headers=stack.auth())
+        assert response.status_code == 200
+        assert response.text == "# Report\n"
+        assert response.headers["content-disposition"] == 'inline; filename="report.md"'
+        hidden = url.replace(".outputs/report.md", ".files/report.md")
+        assert (await stack.client.get(hidden, headers=stack.auth())).status_code == 404
+
+
+async def test_attachments_are_sniffed_and_shown_to_the_model(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        url = f"/v1/acme/support/conversations/{conversation}/turns"
+        files = {"notes": ("notes.txt", b"The launch is on Tuesday.", "application/pdf")}
+        response = await stack.client.post(url, data={"message": "read this"}, files=files, headers=stack.auth())
+        assert response.status_code == 202, response.text
+        await stack.events(response.json()["events_url"])
+        detail = (await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())).json()
+        attachment = detail["turns"][0]["attachments"][0]
+        assert (attachment["name"], attachment["mime"]) == ("notes.txt", "text/plain")
+        exe = {"tool": ("tool.txt", b"MZ\x90\x00" + bytes(200), "text/plain")}
+        refused = await stack.client.post(url, data={"message": "run this"}, files=exe, headers=stack.auth())
+        assert refused.status_code == 415
+        assert refused.json()["error"]["code"] == "attachment_type"

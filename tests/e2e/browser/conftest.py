@@ -1,0 +1,103 @@
+"""Browser test fixtures: a real ``berth run --demo`` host and Debian's Chromium driven by Playwright.
+
+Playwright drives the system browser (``/usr/bin/chromium``) through ``executable_path``; its own browser
+downloads (``playwright install``) are never used.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from web_ui_kit import (
+    CHROMIUM_ARGS,
+    OPEN_DESCRIPTORS,
+    REPO_ROOT,
+    BerthHost,
+    chromium_path,
+    in_ci,
+    start_host,
+    stop_host,
+)
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, Playwright
+
+
+@pytest.fixture(scope="session")
+def open_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
+    """A demo host with ``auth: none``, tenant/project ``default/default`` and the ``hello`` bundle as default."""
+    root = tmp_path_factory.mktemp("open-host")
+    descriptors = root / "descriptors"
+    descriptors.mkdir()
+    for name, text in OPEN_DESCRIPTORS.items():
+        (descriptors / name).write_text(text)
+    host = start_host(descriptors, root / "var", root / "berth.log")
+    yield host
+    stop_host(host)
+
+
+@pytest.fixture(scope="session")
+def keyed_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
+    """A demo host over a copy of the repository's descriptors (API keys, tenants acme and globex)."""
+    root = tmp_path_factory.mktemp("keyed-host")
+    descriptors = root / "descriptors"
+    shutil.copytree(REPO_ROOT / "descriptors", descriptors, ignore=shutil.ignore_patterns("schema", "var"))
+    host = start_host(descriptors, root / "var", root / "berth.log")
+    yield host
+    stop_host(host)
+
+
+@pytest.fixture(scope="session")
+def playwright_driver() -> Iterator[Playwright]:
+    """Playwright's sync driver (skips outside CI when the package is missing; fails under CI)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if in_ci():
+            pytest.fail("the playwright package is not installed (required under CI=true)")
+        pytest.skip("the playwright package is not installed")
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_driver: Playwright) -> Iterator[Browser]:
+    """Debian's Chromium, headless (skips outside CI when it is missing; fails under CI)."""
+    executable = chromium_path()
+    if not Path(executable).exists():
+        if in_ci():
+            pytest.fail(f"no chromium at {executable} (required under CI=true)")
+        pytest.skip("no chromium on PATH")
+    launched = playwright_driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    yield launched
+    launched.close()
+
+
+@dataclass
+class PageErrors:
+    """Uncaught errors of the page's scripts."""
+
+    errors: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def page_errors() -> PageErrors:
+    """Collects uncaught script errors; tests fail when any happened."""
+    return PageErrors()
+
+
+@pytest.fixture
+def page(browser: Browser, page_errors: PageErrors) -> Iterator[Page]:
+    """A fresh browser context (empty local storage) and page; fails the test on uncaught script errors."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
+    context.set_default_timeout(10_000)
+    opened = context.new_page()
+    opened.on("pageerror", lambda error: page_errors.errors.append(str(error)))
+    yield opened
+    context.close()
+    assert page_errors.errors == [], f"uncaught errors in the page: {page_errors.errors}"

@@ -1,0 +1,311 @@
+"""The web UI in headless Chromium against a real ``berth run --demo`` host (the scripted demo model).
+
+The demo model loads the greeting-etiquette skill (its Wikipedia source joins the pool), calls
+``hello.greet``, then answers with a citation and two follow-ups.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+from web_ui_kit import BerthHost, save_screenshot, sse_frames
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page, Request, Route
+
+pytestmark = pytest.mark.browser
+
+WIKIPEDIA = "https://en.wikipedia.org/wiki/Greeting"
+ANSWER = (
+    "Hello, friend! This is Berth's demo model answering through the hello bundle. "
+    "Greetings work best when you use the person's name Greeting (Wikipedia)."
+)
+EVENTS = "**/turns/*/events*"
+
+
+def open_ui(page: Page, host: BerthHost) -> None:
+    """Load the UI and wait until it has opened its workspace."""
+    page.goto(host.url + "/")
+    page.wait_for_selector("body[data-ready='true']")
+
+
+def send(page: Page, message: str) -> None:
+    """Type a message and press Enter."""
+    page.fill("#composer-input", message)
+    page.press("#composer-input", "Enter")
+
+
+def wait_for_turns(page: Page, count: int, state: str = "completed") -> None:
+    """Wait until ``count`` turns are on screen and the last one reached ``state``."""
+    page.wait_for_function(
+        "([n, s]) => { const t = document.querySelectorAll('article.turn');"
+        " return t.length === n && t[n - 1].dataset.state === s; }",
+        arg=[count, state],
+    )
+
+
+def test_chat_streams_an_answer_with_citation_tool_card_followups_and_widget(page: Page, open_host: BerthHost) -> None:
+    open_ui(page, open_host)
+    assert page.is_hidden("#login"), "auth: none needs no sign-in"
+    assert page.input_value("#bundle-select") == "hello"
+    assert "(default)" in page.inner_text("#bundle-select option[value='hello']")
+    widget = page.frame_locator("#widgets iframe[title='Greeter']")
+    assert widget.locator("h3").inner_text() == "Greeter"
+
+    send(page, "Hello there")
+    wait_for_turns(page, 1)
+    turn = page.locator("article.turn").last
+
+    answer = turn.locator(".answer")
+    assert answer.inner_text().strip() == ANSWER
+    assert int(answer.get_attribute("data-deltas") or 0) > 1, "the answer was rendered delta by delta"
+    assert answer.locator("strong").inner_text() == "Hello, friend!"
+    citation = answer.locator("a.cite")
+    assert citation.get_attribute("href") == WIKIPEDIA
+    assert citation.get_attribute("rel") == "noopener noreferrer"
+
+    greet = turn.locator(".tool-card[data-tool-id='hello.greet']")
+    assert greet.get_attribute("data-ok") == "true"
+    assert greet.locator(".tool-result").text_content() == "Hello, friend!"
+    assert turn.locator(".tool-card[data-tool-id='react.read']").count() == 1
+
+    reasoning = turn.locator("details.reasoning")
+    assert reasoning.get_attribute("open") is None, "the reasoning panel starts collapsed"
+    reasoning.locator("summary").click()
+    assert "greeting etiquette skill" in reasoning.locator(".reasoning-text").inner_text()
+
+    chips = turn.locator("button.followup")
+    assert chips.all_inner_texts() == ["Greet me in French", "What can this bundle do?"]
+    assert page.locator("#conversation-list .conversation-title").first.inner_text() == "Hello there"
+    save_screenshot(page, "web-ui.png")
+
+
+def test_follow_up_chip_starts_a_turn_and_feedback_is_saved_and_reloaded(page: Page, open_host: BerthHost) -> None:
+    open_ui(page, open_host)
+    send(page, "First question")
+    wait_for_turns(page, 1)
+    first = page.locator("article.turn").first
+
+    with page.expect_response(lambda r: r.url.endswith("/feedback") and r.request.method == "POST") as posted:
+        first.locator("button.feedback[data-reaction='ok']").click()
+    assert posted.value.status == 200
+    assert json.loads(posted.value.request.post_data or "{}") == {"reaction": "ok"}
+    assert first.locator("button.feedback[data-reaction='ok']").get_attribute("aria-pressed") == "true"
+
+    first.locator("button.followup", has_text="Greet me in French").click()
+    wait_for_turns(page, 2)
+    assert page.locator("article.turn").last.locator(".message.user").inner_text() == "Greet me in French"
+
+    conversation = page.locator("#conversation-list [aria-current='true']").get_attribute("data-conversation-id")
+    page.reload()
+    page.wait_for_selector("body[data-ready='true']")
+    page.click(f"#conversation-list [data-conversation-id='{conversation}']")
+    wait_for_turns(page, 2)
+    stored = page.locator("article.turn")
+    assert stored.first.locator(".message.user").inner_text() == "First question"
+    assert stored.first.locator(".answer a.cite").get_attribute("href") == WIKIPEDIA
+    assert stored.first.locator(".answer").inner_text().strip() == ANSWER
+    assert stored.first.locator("button.feedback[data-reaction='ok']").get_attribute("aria-pressed") == "true"
+    assert stored.last.locator("button.followup").count() == 2
+
+
+def test_reconnect_resumes_from_the_last_event_id_without_duplicated_text(page: Page, open_host: BerthHost) -> None:
+    attempts: list[dict[str, str]] = []
+    cut: dict[str, str] = {}
+
+    def drop_then_resume(route: Route, request: Request) -> None:
+        attempts.append(request.headers)
+        if len(attempts) == 1:  # deliver the stream up to the middle of the answer, then end it
+            frames = sse_frames(route.fetch().text())
+            answer_deltas = [i for i, f in enumerate(frames) if '"marker":"answer"' in f.get("data", "")]
+            kept = frames[: answer_deltas[len(answer_deltas) // 2] + 1]
+            cut["last_id"] = kept[-1]["id"]
+            route.fulfill(status=200, content_type="text/event-stream", body="".join(f["raw"] for f in kept))
+        elif len(attempts) == 2:  # the first reconnect fails at the network level
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    page.route(EVENTS, drop_then_resume)
+    open_ui(page, open_host)
+    send(page, "Please survive a dropped connection")
+    wait_for_turns(page, 1)
+
+    assert len(attempts) == 3
+    assert "last-event-id" not in attempts[0]
+    assert attempts[1]["last-event-id"] == cut["last_id"]
+    assert attempts[2]["last-event-id"] == cut["last_id"]
+    turn = page.locator("article.turn").last
+    assert turn.locator(".answer").inner_text().strip() == ANSWER
+    assert turn.locator(".tool-card").count() == 2, "no tool card twice"
+    assert int(turn.get_attribute("data-reconnects") or 0) == 2
+    assert turn.get_attribute("data-last-event-id", timeout=1000) != cut["last_id"]
+
+
+def test_plan_notices_failed_tools_and_unsafe_markdown_render_safely(page: Page, open_host: BerthHost) -> None:
+    def synthetic_stream(route: Route, request: Request) -> None:
+        turn_id = request.url.split("/turns/")[1].split("/")[0]
+        plan = {
+            "plan_id": "p1",
+            "status": "open",
+            "steps": [
+                {"n": 1, "label": "Find the docs", "status": "done"},
+                {"n": 2, "label": "Call the API", "status": "failed"},
+                {"n": 3, "label": "Summarize", "status": "in_progress"},
+                {"n": 4, "label": "Ask for feedback", "status": "pending"},
+            ],
+        }
+        answer = (
+            'Unsafe: <img src=x onerror="window.__xss=1"> and [bad](javascript:window.__xss=2) stay text.\n\n'
+            "- one\n- **two**\n\n```python\nprint('<b>hi</b>')\n```\n"
+        )
+        events = [
+            ("turn.started", {"turn_id": turn_id}),
+            ("plan", {"plan": plan}),
+            ("notice", {"code": "iteration_limit", "message": "Running low on iterations"}),
+            ("tool.call", {"call_id": "c9", "tool_id": "web.fetch", "params": {"url": "https://example.org"}}),
+            ("tool.result", {"call_id": "c9", "tool_id": "web.fetch", "ok": False, "summary": "timeout", "paths": []}),
+            ("channel.delta", {"channel": "answer", "instance": 0, "marker": "answer", "text": answer}),
+            ("turn.completed", {"turn_id": turn_id, "answer": answer, "followups": [], "sources_used": []}),
+        ]
+        body = "".join(
+            f"id: {turn_id}:{seq}\nevent: {name}\ndata: {json.dumps(data)}\n\n"
+            for seq, (name, data) in enumerate(events, 1)
+        )
+        route.fulfill(status=200, content_type="text/event-stream", body=body)
+
+    page.route(EVENTS, synthetic_stream)
+    open_ui(page, open_host)
+    send(page, "Show me everything")
+    wait_for_turns(page, 1)
+    turn = page.locator("article.turn").last
+
+    answer = turn.locator(".answer")
+    assert answer.locator("img").count() == 0
+    assert answer.locator("a").count() == 0
+    assert '<img src=x onerror="window.__xss=1">' in answer.inner_text()
+    assert page.evaluate("window.__xss") is None
+    assert answer.locator("ul li").all_inner_texts() == ["one", "two"]
+    assert answer.locator("pre code.language-python").inner_text() == "print('<b>hi</b>')"
+
+    assert page.is_visible("#plan-panel")
+    markers = page.locator("#plan-steps .marker").all_inner_texts()
+    assert markers == ["✓", "✗", "…", "□"]
+    assert "Running low on iterations" in turn.locator(".notices").inner_text()
+    failed = turn.locator(".tool-card[data-tool-id='web.fetch']")
+    assert failed.get_attribute("data-ok") == "false"
+    assert failed.locator(".badge").inner_text() == "failed"
+    save_screenshot(page, "web-ui-plan.png")
+
+
+def test_attachments_are_sent_as_multipart_and_listed_with_the_turn(page: Page, open_host: BerthHost) -> None:
+    open_ui(page, open_host)
+    page.set_input_files("#file-input", files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hi\n"}])
+    assert "notes.txt" in page.inner_text("#attachment-list")
+    with page.expect_request(lambda r: r.url.endswith("/turns") and r.method == "POST") as started:
+        send(page, "Read my notes")
+    assert started.value.headers["content-type"].startswith("multipart/form-data")
+    wait_for_turns(page, 1)
+    assert page.is_hidden("#attachment-list"), "the composer forgets sent files"
+
+    page.reload()
+    page.wait_for_selector("body[data-ready='true']")
+    page.locator("#conversation-list .conversation-item").first.click()
+    wait_for_turns(page, 1)
+    assert "notes.txt" in page.locator("article.turn .message.user").inner_text()
+
+
+def test_conversation_list_pages_and_the_workspace_can_be_switched(page: Page, open_host: BerthHost) -> None:
+    with open_host.api() as api:
+        for n in range(25):
+            created = api.post("/v1/default/paging/conversations", json={"title": f"Paged {n:02d}"})
+            assert created.status_code == 201
+    open_ui(page, open_host)
+    page.fill("#project-input", "paging")
+    page.press("#project-input", "Enter")
+    page.wait_for_function("document.querySelectorAll('#conversation-list li').length === 20")
+    assert page.locator("#conversation-list .conversation-title").first.inner_text() == "Paged 24"
+    page.click("#load-more")
+    page.wait_for_function("document.querySelectorAll('#conversation-list li').length === 25")
+    assert page.is_hidden("#load-more")
+
+    page.fill("#project-input", "nowhere")
+    page.press("#project-input", "Enter")
+    page.wait_for_selector("#scope-error:not([hidden])")
+    assert "default/nowhere" in page.inner_text("#scope-error")
+
+
+def test_sign_in_with_an_api_key_then_chat_in_the_keys_project(page: Page, keyed_host: BerthHost) -> None:
+    bearer: list[str | None] = []
+    page.on("request", lambda r: bearer.append(r.headers.get("authorization")) if "/events" in r.url else None)
+    open_ui_login = keyed_host.url + "/"
+    page.goto(open_ui_login)
+    page.wait_for_selector("#login-form", state="visible")
+
+    page.fill("#login-key", "not-a-key")
+    page.fill("#login-tenant", "acme")
+    page.fill("#login-project", "support")
+    page.click("#login-form button[type='submit']")
+    page.wait_for_selector("#login-error:not([hidden])")
+    assert "not known" in page.inner_text("#login-error")
+
+    page.fill("#login-key", "acme-web-dev-key")
+    page.fill("#login-tenant", "globex")
+    page.fill("#login-project", "research")
+    page.click("#login-form button[type='submit']")
+    page.wait_for_function("document.getElementById('login-error').textContent.includes('does not cover')")
+
+    page.fill("#login-tenant", "acme")
+    page.fill("#login-project", "support")
+    page.click("#login-form button[type='submit']")
+    page.wait_for_selector("body[data-ready='true']")
+    options = page.locator("#bundle-select option")
+    assert options.count() == 2
+    assert "(default)" in page.inner_text("#bundle-select option[value='docs']")
+    page.select_option("#bundle-select", "hello")
+    assert page.locator("#widgets iframe").get_attribute("src") == "/b/hello/widgets/greeter/"
+
+    send(page, "Hi from ACME")
+    wait_for_turns(page, 1)
+    assert page.locator("article.turn .answer a.cite").get_attribute("href") == WIKIPEDIA
+    assert bearer == ["Bearer acme-web-dev-key"]
+
+    page.reload()
+    page.wait_for_selector("body[data-ready='true']")
+    assert page.is_hidden("#login"), "the key is remembered in local storage"
+    assert page.locator("#conversation-list .conversation-title").first.inner_text() == "Hi from ACME"
+    page.click("#sign-out")
+    page.wait_for_selector("#login-form", state="visible")
+    assert page.evaluate("localStorage.getItem('berth.apiKey')") is None
+
+
+MARKDOWN_CASES = [
+    ("<script>alert(1)</script>", "<p>&lt;script&gt;alert(1)&lt;/script&gt;</p>"),
+    ("[x](javascript:alert(1))", "<p>[x](javascript:alert(1))</p>"),
+    (
+        "see [Foo](https://w.example/Foo_(bar))",
+        '<p>see <a href="https://w.example/Foo_(bar)" target="_blank" rel="noopener noreferrer">Foo</a></p>',
+    ),
+    ("**bold** and `<b>`", "<p><strong>bold</strong> and <code>&lt;b&gt;</code></p>"),
+    ("- a\n- b\n\n3. c\n4. d", '<ul><li>a</li><li>b</li></ul><ol start="3"><li>c</li><li>d</li></ol>'),
+    ("```js\nx = '<i>'\n```", '<pre><code class="language-js">x = &#39;&lt;i&gt;&#39;</code></pre>'),
+    ("one\ntwo\n\nthree", "<p>one<br>two</p><p>three</p>"),
+]
+
+
+def test_markdown_renderer_escapes_html_and_links_only_http(page: Page, open_host: BerthHost) -> None:
+    open_ui(page, open_host)
+    rendered = page.evaluate(
+        "async (sources) => { const ui = await import('/static/app.js');"
+        " return sources.map((text) => ui.renderMarkdown(text)); }",
+        [source for source, _ in MARKDOWN_CASES],
+    )
+    assert rendered == [expected for _, expected in MARKDOWN_CASES]
+    stored = page.evaluate(
+        "async () => { const ui = await import('/static/app.js');"
+        " const pool = new Map([[1, {url: 'https://a.example/', title: 'A'}], [2, {url: 'javascript:x', title: 'B'}]]);"
+        " return ui.renderCitationTokens('x [[S:1]] y [[S:1-2]] z [[S:7]]', pool); }"
+    )
+    assert stored == "x [A](https://a.example/) y [A](https://a.example/) z "
