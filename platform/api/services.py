@@ -19,6 +19,7 @@ from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
 from berth.host.runtime import HostRuntime
+from berth.logs import bound
 from berth.plugins.storage.sqlite import SqliteConversationStore
 from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.plugins.storage.sqlite_meta import SqliteMetaStore
@@ -165,6 +166,16 @@ class HostServices:
             await running.log.append(event)
 
         async def run() -> None:
+            with bound(
+                tenant=scope.tenant,
+                project=scope.project,
+                conversation=scope.conversation_id,
+                turn=turn_id,
+                bundle=bundle_id,
+            ):
+                await run_turn()
+
+        async def run_turn() -> None:
             try:
                 async with self.registry.use(bundle_id) as pinned:
                     request = TurnInput(

@@ -14,7 +14,9 @@ import httpx
 from berth.api.app import build_services, create_app
 from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.config import ConfigError, Configuration
+from berth.config.environment import host_environment
 from berth.config.models.gateway import is_loopback_host
+from berth.logs import configure_logging
 
 DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "api" / "demo_script.yaml"
 
@@ -58,6 +60,7 @@ def run(
     """Serve the HTTP API and the web UI."""
     import uvicorn
 
+    configure_logging(host_environment().log_level)
     services = build_services(descriptors, var_root=var_root, watch=watch)
     config = services.initial_config
     assert config is not None
@@ -79,7 +82,7 @@ def run(
         )
     url = f"http://{'127.0.0.1' if bind_host in ('0.0.0.0', '::') else bind_host}:{bind_port}/"  # noqa: S104
     click.echo(f"Berth {'(demo model) ' if demo else ''}serving on {url}", err=True)
-    uvicorn.run(create_app(services=services), host=bind_host, port=bind_port, log_level="warning")
+    uvicorn.run(create_app(services=services), host=bind_host, port=bind_port, log_level="warning", log_config=None)
 
 
 async def _stream_turn(client: httpx.AsyncClient, base: str, events_url: str) -> None:

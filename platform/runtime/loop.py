@@ -467,7 +467,16 @@ class TurnRunner:
             # an answer was streamed without a valid action: keep it rather than throw it away
             blocks.extend(self._final_blocks(decision, state, now))
             return self._with_notices(blocks, notices, state, call_id, now), "complete"
-        for index, call_action in enumerate(a for a in decision.actions if a.action == "call_tool"):
+        calls = [a for a in decision.actions if a.action == "call_tool"]
+        if len(calls) > 1 and not all(_read_only(toolbox, a) for a in calls):
+            notices.append(
+                ProtocolNotice(
+                    "multi_action_refused",
+                    f"{len(calls)} actions in one response, but not every tool is read-only; only the first ran",
+                )
+            )
+            calls = calls[:1]
+        for index, call_action in enumerate(calls):
             this_call = call_id if index == 0 else state.next_call_id()
             blocks.extend(await self._call_tool(call_action, decision, this_call, state, toolbox, emit, notices))
         blocks = self._with_notices(blocks, notices, state, call_id, now)
@@ -874,3 +883,9 @@ def _citation_lookup(sources: SourcesPool) -> dict[int, CitationSource]:
     return {
         row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url) for row in sources.citable_rows()
     }
+
+
+def _read_only(toolbox: ToolBox, action: Action) -> bool:
+    """True when the action calls a known read-only (exploration) tool."""
+    tool = toolbox.get(action.tool_call.tool_id) if action.tool_call is not None else None
+    return tool is not None and tool.read_only

@@ -223,3 +223,23 @@ async def test_the_cached_prefix_is_stable_across_rounds(tmp_path: Path) -> None
             assert later.breakpoint_count() <= 4
             assert later.parts()[0].text == earlier.parts()[0].text  # the system message never changes
         assert json.dumps(prompts[-1].cached_prefix()).startswith(json.dumps(prompts[-2].cached_prefix())[:-1])
+
+
+async def test_safe_fanout_runs_several_read_only_actions_but_refuses_a_mix(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, HELLO, react={"multi_action": "safe_fanout"}) as harness:
+        both_read_only = action("hello.greet", name="A") + action("react.rg", pattern="x")
+        mixed = action("hello.greet", name="B") + action("react.write", path="files/x.txt", content="x")
+        result = await harness.turn("hello", "fan out", script=[both_read_only, mixed, complete("ok")])
+        assert result.outcome == "completed"
+        calls = [c["tool_id"] for c in harness.of_type("tool.call")]
+        assert calls == ["hello.greet", "react.rg", "hello.greet"]
+        assert "multi_action_refused" in [n["code"] for n in harness.of_type("notice")]
+
+
+async def test_without_safe_fanout_only_the_first_action_runs(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, HELLO) as harness:
+        await harness.turn(
+            "hello", "two", script=[action("hello.greet", name="A") + action("react.rg", pattern="x"), complete("ok")]
+        )
+        assert [c["tool_id"] for c in harness.of_type("tool.call")] == ["hello.greet"]
+        assert "multi_action_refused" in [n["code"] for n in harness.of_type("notice")]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def open_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
     """A demo host with ``auth: none``, tenant/project ``default/default`` and the ``hello`` bundle as default."""
     root = tmp_path_factory.mktemp("open-host")
@@ -41,7 +41,7 @@ def open_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
     stop_host(host)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def keyed_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
     """A demo host over a copy of the repository's descriptors (API keys, tenants acme and globex)."""
     root = tmp_path_factory.mktemp("keyed-host")
@@ -52,7 +52,7 @@ def keyed_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
     stop_host(host)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright_driver() -> Iterator[Playwright]:
     """Playwright's sync driver (skips outside CI when the package is missing; fails under CI)."""
     try:
@@ -65,7 +65,7 @@ def playwright_driver() -> Iterator[Playwright]:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright_driver: Playwright) -> Iterator[Browser]:
     """Debian's Chromium, headless (skips outside CI when it is missing; fails under CI)."""
     executable = chromium_path()
