@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from berth import __version__
 from berth.api.errors import install_error_handlers
+from berth.api.mcp_server import McpEndpoint
 from berth.api.routes import admin, bundles, conversations, ops
 from berth.api.services import HostServices
 from berth.config import Configuration, find_descriptors_dir
@@ -48,12 +49,14 @@ def build_services(
 def create_app(descriptors: Path | None = None, *, services: HostServices | None = None, **options: Any) -> FastAPI:
     """The API app; ``services`` default to :func:`build_services` over ``descriptors``."""
     host = services or build_services(descriptors, **options)
+    mcp_endpoint = McpEndpoint(host)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await host.start()
         try:
-            yield
+            async with mcp_endpoint.run():
+                yield
         finally:
             await host.stop()
 
@@ -63,6 +66,7 @@ def create_app(descriptors: Path | None = None, *, services: HostServices | None
     for router in (ops.router, conversations.router, bundles.router, admin.router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.router.routes.append(mcp_endpoint.route())
 
     app.add_middleware(LatencyMiddleware, services=host)
 
