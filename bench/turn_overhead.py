@@ -20,8 +20,9 @@ the last round answers. Scenarios:
 Every figure is the median of ``--repeat`` runs (default 3; the 500-round turn runs
 ``max(1, repeat - 2)`` times), after one 10-round warm-up turn per framework. It prints a table of
 milliseconds per round and each LangGraph column's ratio to Berth. Note what each side persists:
-Berth commits every round to SQLite on disk (WAL, ``synchronous=FULL``) and the timeline once per
-turn; LangGraph's ``InMemorySaver`` keeps its checkpoints in memory.
+Berth commits every round to SQLite on disk (WAL, ``synchronous=NORMAL``: survives a killed process)
+and the timeline once per turn (``fsync``-ed); LangGraph's ``InMemorySaver`` keeps its checkpoints in
+memory.
 
 LangGraph is optional (not a dependency of Berth): without ``langchain`` and ``langgraph`` installed
 its columns are skipped with a message. ``--breakdown`` then times Berth's phases (load, render, stream
@@ -34,34 +35,39 @@ Usage: ``python bench/turn_overhead.py [--repeat N] [--chunk-size N] [--breakdow
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import cProfile
-import json
-import logging
-import os
-import pstats
-import statistics
 import sys
-import tempfile
-import textwrap
-import time
-import warnings
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
+# Run as a script, this file's folder comes first on sys.path and its sibling bench/mcp.py would shadow the
+# MCP SDK's `mcp` package, which the host imports.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-from berth.config import Configuration
-from berth.config.models.assembly import ModelRef
-from berth.host.registry import BundleRegistry
-from berth.plugins.models.scripted import ScriptedProvider
-from berth.plugins.storage.sqlite import SqliteConversationStore
-from berth.runtime.events import discard_events
-from berth.runtime.loop import TurnInput, TurnRunner
-from berth.storage.scope import ConversationScope
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import cProfile  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import pstats  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Awaitable, Callable, Sequence  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+import yaml  # noqa: E402
+
+from berth.config import Configuration  # noqa: E402
+from berth.config.models.assembly import ModelRef  # noqa: E402
+from berth.host.registry import BundleRegistry  # noqa: E402
+from berth.plugins.models.scripted import ScriptedProvider  # noqa: E402
+from berth.plugins.storage.sqlite import SqliteConversationStore  # noqa: E402
+from berth.runtime.events import discard_events  # noqa: E402
+from berth.runtime.loop import TurnInput, TurnRunner  # noqa: E402
+from berth.storage.scope import ConversationScope  # noqa: E402
 
 ARG_BYTES = 200
 RESULT_BYTES = 2_048

@@ -62,6 +62,7 @@ class HostServices:
         self.metrics = Metrics()
         self.turns: dict[str, RunningTurn] = {}
         self._busy: dict[tuple[str, str, str, str], str] = {}
+        self._runners: dict[tuple[str, str], TurnRunner] = {}
         self.store: SqliteConversationStore | None = None
         self.memory_index: SqliteMemoryIndex | None = None
         self.meta: SqliteMetaStore | None = None
@@ -89,6 +90,8 @@ class HostServices:
         self.registry.add_listener(
             lambda o: self.metrics.reloads.labels(bundle=o.bundle_id, ok=str(o.ok).lower()).inc()
         )
+        # changed descriptors may change a scope's models: build its runner again on next use
+        self.registry.add_listener(lambda o: self._runners.clear() if o.reason == "descriptors" else None)
         storage = self.config.settings_for().storage
         if storage.kind != "embedded":
             raise ConfigError(
@@ -123,7 +126,14 @@ class HostServices:
         self.started = False
 
     def runner_for(self, tenant: str, project: str) -> TurnRunner:
-        """A turn runner bound to the scope's models."""
+        """The turn runner of a scope (kept, so conversations stay resident in memory between turns)."""
+        runner = self._runners.get((tenant, project))
+        if runner is None:
+            runner = self._new_runner(tenant, project)
+            self._runners[(tenant, project)] = runner
+        return runner
+
+    def _new_runner(self, tenant: str, project: str) -> TurnRunner:
         assert self.store is not None and self.models is not None and self.memory_index is not None
         index = self.memory_index
 

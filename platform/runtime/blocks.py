@@ -9,8 +9,10 @@ consistent with it: ``tc:turn_4.c3.result`` can only be the path of a block of `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 
 from pydantic import (
@@ -20,6 +22,7 @@ from pydantic import (
     Field,
     JsonValue,
     PlainSerializer,
+    ValidationInfo,
     model_validator,
 )
 
@@ -27,6 +30,7 @@ from berth.runtime.paths import TURN_ID_PATTERN, LogicalPathError, ToolCallPath,
 
 __all__ = [
     "FINAL_ANSWER_TYPES",
+    "STORED_BLOCKS",
     "Author",
     "Block",
     "BlockType",
@@ -88,6 +92,19 @@ FINAL_ANSWER_TYPES: Final[frozenset[BlockType]] = frozenset(
 
 Author: TypeAlias = Literal["user", "assistant", "runtime", "tool"]
 
+STORED_BLOCKS: Final[Mapping[str, bool]] = MappingProxyType({"stored_blocks": True})
+"""The validation context for blocks read back from what Berth stored.
+
+Every stored block passed the path and consistency checks when it was made, and those checks (Python,
+per block) are most of what validating a long timeline costs; with this context they are skipped.
+Field types, patterns and timestamps are still validated.
+"""
+
+
+def _is_stored(info: ValidationInfo) -> bool:
+    return isinstance(info.context, Mapping) and bool(info.context.get("stored_blocks"))
+
+
 _CALL_ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
 
 
@@ -119,9 +136,9 @@ class Block(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _call_id_from_tool_call_path(cls, values: Any) -> Any:
+    def _call_id_from_tool_call_path(cls, values: Any, info: ValidationInfo) -> Any:
         """A ``tc:`` path names its call; fill ``call_id`` from it when the caller left it out."""
-        if isinstance(values, dict) and values.get("call_id") is None:
+        if isinstance(values, dict) and values.get("call_id") is None and not _is_stored(info):
             path = values.get("path")
             if isinstance(path, str) and path.startswith("tc:"):
                 try:
@@ -133,7 +150,9 @@ class Block(BaseModel):
         return values
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> Self:
+    def _check_consistency(self, info: ValidationInfo) -> Self:
+        if _is_stored(info):
+            return self
         try:
             parsed = parse_path(self.path)
         except LogicalPathError as error:

@@ -68,7 +68,11 @@ _T = TypeVar("_T")
 
 def estimate_tokens(text: str) -> int:
     """Estimate the tokens of ``text``: about four characters per token, rounded up."""
-    return math.ceil(len(text) / 4)
+    return _tokens_of_length(len(text))
+
+
+def _tokens_of_length(characters: int) -> int:
+    return math.ceil(characters / 4)
 
 
 def estimate_timeline_tokens(timeline: Timeline) -> int:
@@ -80,7 +84,10 @@ def estimate_timeline_tokens(timeline: Timeline) -> int:
 
 def estimate_prompt_tokens(prompt: RenderedPrompt) -> int:
     """Estimate the input tokens of a whole rendered prompt (system, timeline, sources and announce)."""
-    return estimate_tokens(BLOCK_SEPARATOR.join(part.text for part in prompt.parts()))
+    parts = prompt.parts()
+    # The length of the parts joined by the separator, without building that text every round.
+    length = sum(len(part.text) for part in parts) + len(BLOCK_SEPARATOR) * max(len(parts) - 1, 0)
+    return _tokens_of_length(length)
 
 
 def needs_compaction(estimated_tokens: int, *, context_budget_tokens: int, threshold: float) -> bool:

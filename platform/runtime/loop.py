@@ -45,13 +45,14 @@ from berth.runtime.protocol import (
 )
 from berth.runtime.pruning import plan_pruning
 from berth.runtime.render import PromptMessage, PromptPart, RenderedPrompt, TimelineRenderer
+from berth.runtime.resident import DEFAULT_RESIDENT_CONVERSATIONS, ResidentConversation, ResidentConversations
 from berth.runtime.sources import Source, SourcesPool
 from berth.runtime.timeline import Timeline
 from berth.runtime.toolbox import RuntimeTool, ToolBox, ToolNotice, function_tool, system_message
 from berth.runtime.tools import react_tools
 from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace
-from berth.storage.conversations import ArtifactWrite, ConversationStore
+from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnUsage
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, CitationSource, StreamEvent, render_citations
 from berth.tools.catalog import build_catalog
@@ -112,7 +113,11 @@ class _RoundBuffer:
 
 
 class TurnRunner:
-    """Runs turns of one host: storage, models and tool packs are passed in, never fetched globally."""
+    """Runs turns of one host: storage, models and tool packs are passed in, never fetched globally.
+
+    :param resident_conversations: how many conversations to keep in memory between turns (their
+        committed timeline and rendered parts; see :mod:`berth.runtime.resident`); 0 keeps none.
+    """
 
     def __init__(
         self,
@@ -123,8 +128,10 @@ class TurnRunner:
         memory: Callable[[ConversationScope], MemorySearch] | None = None,
         clock: Callable[[], datetime] = utc_now,
         result_preview_chars: int = RESULT_PREVIEW_CHARS,
+        resident_conversations: int = DEFAULT_RESIDENT_CONVERSATIONS,
     ) -> None:
         self._store = store
+        self._resident = ResidentConversations(resident_conversations)
         self._models = models
         self._tool_packs = dict(tool_packs or {})
         self._memory = memory
@@ -137,8 +144,10 @@ class TurnRunner:
         """Run one turn of ``generation``'s agent in ``context``'s scope; stream events to ``emit``."""
         now = self._clock()
         handle = self._store.conversation(turn.scope)
-        restored = await restore_conversation(handle, now=now)
+        resident = self._resident.take(turn.scope)
+        restored = await restore_conversation(handle, now=now, committed=resident.committed if resident else None)
         timeline, sources = restored.timeline, restored.sources
+        renderer = resident.renderer if resident is not None and restored.reused else TimelineRenderer()
         last_request_at = timeline.blocks[-1].ts if len(timeline) else None
         bundle = BundleView(
             bundle_id=generation.bundle_id,
@@ -160,7 +169,9 @@ class TurnRunner:
         agent = generation.hooks.agent(context)
         react = self._react_settings(context, agent.react if agent else {})
         model_ref, provider = self._models(agent.model_role if agent else None)
-        recorder = TurnRecorder(handle, turn.turn_id, base_version=restored.version, sources=sources)
+        recorder = TurnRecorder(
+            handle, turn.turn_id, base_version=restored.version, sources=sources, block_json=restored.block_json
+        )
         pruned = plan_pruning(
             timeline,
             now=now,
@@ -202,7 +213,11 @@ class TurnRunner:
                     *self._capped_results(state),
                     *(ArtifactWrite(f"{turn.turn_id}/attachments/{name}", data) for name, _, data in turn.attachments),
                 ),
+                usage=TurnUsage(**usage.model_dump()),
+                exit_reason=outcome,
             )
+            if recorder.committed is not None:
+                self._resident.keep(turn.scope, ResidentConversation(recorder.committed, renderer))
             if memory is not None:
                 ordinals = {turn_id: n for n, turn_id in enumerate(state.timeline.turn_ids(), start=1)}
                 await memory.index_blocks([*head, *final], turn_ordinals=ordinals)
@@ -265,7 +280,6 @@ class TurnRunner:
                 skills=generation.skills,
                 bundle_title=generation.info.title or generation.bundle_id,
             )
-            renderer = TimelineRenderer()
 
             def estimate(candidate: Timeline) -> int:
                 """The size of the prompt ``candidate`` would render to (what compaction must shrink)."""

@@ -9,15 +9,22 @@ between them and drives the write path of a turn (SPEC §4.1):
   once, so the interruption is recorded exactly once.
 * :class:`TurnRecorder` begins a turn, appends each round to the turn log as the round completes
   (only that round's blocks and the source rows it changed), and commits the turn atomically.
+
+Neither end costs what the whole timeline holds when it need not: a block is serialized once
+(:class:`BlockJsonCache`; blocks are immutable), so a commit joins the JSON it already has; and a
+timeline committed by this process (:class:`CommittedTimeline`) is taken as it is when the store
+still holds that version, instead of being parsed again. Blocks that are parsed are trusted to be
+what Berth stored (:data:`~berth.runtime.blocks.STORED_BLOCKS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
-from berth.runtime.blocks import Block, BlockType
+from berth.runtime.blocks import STORED_BLOCKS, Block, BlockType
 from berth.runtime.sources import SourceRow, SourcesPool
 from berth.runtime.timeline import Timeline, TimelinePayload
 from berth.storage.conversations import (
@@ -28,9 +35,12 @@ from berth.storage.conversations import (
     TurnCommit,
     TurnLog,
     TurnState,
+    TurnUsage,
 )
 
 __all__ = [
+    "BlockJsonCache",
+    "CommittedTimeline",
     "RestoredConversation",
     "TurnRecorder",
     "block_from_record",
@@ -48,7 +58,60 @@ def block_record(block: Block) -> BlockRecord:
 
 def block_from_record(record: BlockRecord) -> Block:
     """Return the block a :class:`~berth.storage.conversations.BlockRecord` holds."""
-    return Block.model_validate_json(record.json)
+    return Block.model_validate_json(record.json, context=STORED_BLOCKS)
+
+
+_TIMELINE_HEAD: Final = '{"version":1,"blocks":['
+_TIMELINE_TAIL: Final = "]}"
+
+
+class BlockJsonCache:
+    """The stored JSON of blocks, by block identity: a block is immutable, so it is serialized once.
+
+    An entry holds its block, so no other object can take that identity while the entry exists.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Block, str]] = {}
+
+    def json_of(self, block: Block) -> str:
+        """Return ``block.model_dump_json()``, computed at most once per block."""
+        entry = self._entries.get(id(block))
+        if entry is None or entry[0] is not block:
+            entry = self._entries[id(block)] = (block, block.model_dump_json())
+        return entry[1]
+
+    def remember(self, block: Block, json: str) -> None:
+        """Record that ``json`` is the stored JSON of ``block`` (it was just parsed from it)."""
+        self._entries[id(block)] = (block, json)
+
+    def record(self, block: Block) -> BlockRecord:
+        """Return the stored form of ``block`` (see :func:`block_record`)."""
+        return BlockRecord(turn_id=block.turn_id, path=block.path, type=str(block.type), json=self.json_of(block))
+
+    def timeline_json(self, blocks: Sequence[Block]) -> str:
+        """Return the timeline artifact of ``blocks`` and forget every other block.
+
+        The text is what ``TimelinePayload(blocks=blocks).model_dump_json()`` gives, built from the
+        JSON of each block.
+        """
+        pieces = [self.json_of(block) for block in blocks]
+        entries = self._entries
+        self._entries = {id(block): entries[id(block)] for block in blocks}
+        return _TIMELINE_HEAD + ",".join(pieces) + _TIMELINE_TAIL
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedTimeline:
+    """A timeline as this process committed it, at a store version, with the JSON of its blocks.
+
+    Whoever restores from it takes the :class:`Timeline` over (with the layouts it has cached): hand
+    it to one :func:`restore_conversation` only, and only once nothing else changes it.
+    """
+
+    version: int
+    timeline: Timeline
+    block_json: BlockJsonCache
 
 
 def changed_source_records(before: SourcesPool, after: SourcesPool) -> tuple[SourceRecord, ...]:
@@ -82,29 +145,49 @@ class RestoredConversation:
 
     :ivar version: the store version a commit must name as its base.
     :ivar interrupted_turn_ids: the turns found interrupted by this load (now recorded as such).
+    :ivar block_json: the JSON of the timeline's blocks known so far (hand it to the :class:`TurnRecorder`).
+    :ivar reused: whether the timeline is the ``committed`` one given to :func:`restore_conversation`
+        rather than one parsed from the store.
     """
 
     timeline: Timeline
     sources: SourcesPool
     version: int
     interrupted_turn_ids: tuple[str, ...]
+    block_json: BlockJsonCache = field(default_factory=BlockJsonCache)
+    reused: bool = False
 
 
-async def restore_conversation(handle: ConversationHandle, *, now: datetime) -> RestoredConversation:
+async def restore_conversation(
+    handle: ConversationHandle, *, now: datetime, committed: CommittedTimeline | None = None
+) -> RestoredConversation:
     """Load a conversation; fold interrupted turns back in, marked as interrupted, and commit that.
 
     :param now: the timestamp of the ``turn.status`` blocks of interrupted turns.
+    :param committed: the timeline this process last committed for the conversation, if it knows one;
+        it is taken over instead of parsing the stored artifact when the store still holds its version.
     """
     snapshot = await handle.load()
-    payload = (
-        TimelinePayload.model_validate_json(snapshot.timeline_json) if snapshot.timeline_json else TimelinePayload()
-    )
-    timeline = Timeline.from_payload(payload)
+    reused = committed is not None and committed.version == snapshot.version
+    if committed is not None and reused:
+        timeline, block_json = committed.timeline, committed.block_json
+    else:
+        payload = (
+            TimelinePayload.model_validate_json(snapshot.timeline_json, context=STORED_BLOCKS)
+            if snapshot.timeline_json
+            else TimelinePayload()
+        )
+        timeline, block_json = Timeline.from_payload(payload), BlockJsonCache()
     rows = [SourceRow.model_validate_json(record.json) for record in snapshot.sources]
     sources = SourcesPool(rows=tuple(sorted(rows, key=lambda row: row.sid)))
     version = snapshot.version
     for log in snapshot.uncommitted:
-        blocks = [block_from_record(record) for entry in log.rounds for record in entry.blocks]
+        blocks = []
+        for entry in log.rounds:
+            for record in entry.blocks:
+                block = block_from_record(record)
+                block_json.remember(block, record.json)
+                blocks.append(block)
         status = interrupted_status_block(log, now=now)
         timeline.contribute(*blocks, status)
         version = await handle.commit_turn(
@@ -113,12 +196,20 @@ async def restore_conversation(handle: ConversationHandle, *, now: datetime) -> 
                 state="interrupted",
                 ended_at=now,
                 base_version=version,
-                timeline_json=timeline.to_payload().model_dump_json(),
-                final_round=(block_record(status),),
+                timeline_json=block_json.timeline_json(timeline.blocks),
+                final_round=(block_json.record(status),),
+                exit_reason="interrupted",
             )
         )
     interrupted = tuple(log.turn.turn_id for log in snapshot.uncommitted)
-    return RestoredConversation(timeline=timeline, sources=sources, version=version, interrupted_turn_ids=interrupted)
+    return RestoredConversation(
+        timeline=timeline,
+        sources=sources,
+        version=version,
+        interrupted_turn_ids=interrupted,
+        block_json=block_json,
+        reused=reused,
+    )
 
 
 class TurnRecorder:
@@ -127,13 +218,25 @@ class TurnRecorder:
     :param handle: the conversation, bound to its scope.
     :param base_version: the version the turn was restored from (:attr:`RestoredConversation.version`).
     :param sources: the sources pool the turn started with (so rounds store only what changed).
+    :param block_json: the JSON of blocks already serialized (:attr:`RestoredConversation.block_json`).
     """
 
-    def __init__(self, handle: ConversationHandle, turn_id: str, *, base_version: int, sources: SourcesPool) -> None:
+    def __init__(
+        self,
+        handle: ConversationHandle,
+        turn_id: str,
+        *,
+        base_version: int,
+        sources: SourcesPool,
+        block_json: BlockJsonCache | None = None,
+    ) -> None:
         self._handle = handle
         self.turn_id = turn_id
         self._base_version = base_version
         self._stored_sources = sources
+        self._json = block_json if block_json is not None else BlockJsonCache()
+        self.committed: CommittedTimeline | None = None
+        """The timeline as the last :meth:`commit` stored it."""
 
     async def begin(self, head: Sequence[Block], *, started_at: datetime, generation: str | None = None) -> None:
         """Record the turn as running with its head blocks (header, prompt, attachments)."""
@@ -141,14 +244,14 @@ class TurnRecorder:
             self.turn_id,
             started_at=started_at,
             generation=generation,
-            head=tuple(block_record(block) for block in head),
+            head=tuple(self._json.record(block) for block in head),
         )
 
     async def record_round(self, blocks: Sequence[Block], *, sources: SourcesPool) -> int:
         """Append a completed round's blocks and the source rows it changed; return the round index."""
         changed = changed_source_records(self._stored_sources, sources)
         index = await self._handle.append_round(
-            self.turn_id, tuple(block_record(block) for block in blocks), sources=changed
+            self.turn_id, tuple(self._json.record(block) for block in blocks), sources=changed
         )
         self._stored_sources = sources
         return index
@@ -163,21 +266,31 @@ class TurnRecorder:
         final_round: Sequence[Block] = (),
         artifacts: Sequence[ArtifactWrite] = (),
         title: str | None = None,
+        usage: TurnUsage | None = None,
+        exit_reason: str | None = None,
     ) -> int:
-        """Commit the turn: timeline artifact, changed sources, final round, artifacts, state; return the version."""
+        """Commit the turn: timeline artifact, changed sources, final round, artifacts, state; return the version.
+
+        :param usage: the tokens the turn used, for the turn log.
+        :param exit_reason: how the turn ended (the loop's outcome), for the turn log.
+        """
+        blocks = tuple(timeline.blocks)
         version = await self._handle.commit_turn(
             TurnCommit(
                 turn_id=self.turn_id,
                 state=state,
                 ended_at=ended_at,
                 base_version=self._base_version,
-                timeline_json=timeline.to_payload().model_dump_json(),
+                timeline_json=self._json.timeline_json(blocks),
                 sources=changed_source_records(self._stored_sources, sources),
-                final_round=tuple(block_record(block) for block in final_round),
+                final_round=tuple(self._json.record(block) for block in final_round),
                 artifacts=tuple(artifacts),
                 title=title,
+                usage=usage or TurnUsage(),
+                exit_reason=exit_reason,
             )
         )
         self._stored_sources = sources
         self._base_version = version
+        self.committed = CommittedTimeline(version=version, timeline=timeline, block_json=self._json)
         return version

@@ -123,7 +123,11 @@ class PlanBook:
     @classmethod
     def from_blocks(cls, blocks: Iterable[Block]) -> PlanBook:
         """Collect the newest snapshot of every plan lineage from ``blocks`` (timeline order)."""
-        latest: dict[str, tuple[PlanSnapshot, Block]] = {}
+        return cls({}, None).extended(blocks)
+
+    def extended(self, blocks: Iterable[Block]) -> PlanBook:
+        """Return the book with ``blocks``, which follow every block read so far, read too (this one is unchanged)."""
+        latest = dict(self._latest)
         newest: PlanSnapshot | None = None
         for block in blocks:
             if block.type != BlockType.REACT_PLAN:
@@ -135,8 +139,9 @@ class PlanBook:
             latest.pop(snapshot.plan_id, None)  # re-insert: dict order is "most recently updated last"
             latest[snapshot.plan_id] = (snapshot, block)
             newest = snapshot
-        current = newest.plan_id if newest is not None and newest.is_open else None
-        return cls(latest, current)
+        if newest is None:
+            return PlanBook(latest, self.current_plan_id)
+        return PlanBook(latest, newest.plan_id if newest.is_open else None)
 
     def get(self, plan_id: str) -> PlanSnapshot | None:
         """Return the newest snapshot of ``plan_id``, or ``None``."""

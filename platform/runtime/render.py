@@ -14,7 +14,9 @@ a part with a ``cache_checkpoint`` gets the provider's cache marker (Anthropic `
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
@@ -30,7 +32,7 @@ from berth.runtime.caching import (
 )
 from berth.runtime.pruning import PRUNING_NOTICE, render_pruned_turn
 from berth.runtime.sources import SourcesPool, render_sources_pool
-from berth.runtime.timeline import Timeline
+from berth.runtime.timeline import Round, Timeline, TurnLayout
 
 __all__ = [
     "BLOCK_SEPARATOR",
@@ -136,28 +138,127 @@ def visible_start(blocks: Sequence[Block]) -> int:
     return 0
 
 
+_PartCache: TypeAlias = dict[tuple[object, ...], tuple[tuple[Block, ...], PromptPart]]
+
+
+def _round_start(round_: Round) -> int:
+    return round_.start
+
+
+def _unit_ends(layout: TurnLayout, first: int) -> list[int]:
+    """Return the end of each part of ``layout`` (its head, then each round) that starts at or after ``first``."""
+    ends = [layout.head_end] if first <= layout.start < layout.head_end else []
+    ends.extend(round_.end for round_ in layout.rounds[bisect_left(layout.rounds, first, key=_round_start) :])
+    return ends
+
+
+@dataclass(slots=True)
+class _Segments:
+    """The timeline parts of a render, in order, and what they were made from.
+
+    ``ends[i]`` is the block index ``parts[i]`` ends at. While the timeline, its revision, the start,
+    the pruned turns and the current turn stay the same, every part but the last one is final: blocks
+    can only be appended, and they grow the current turn's last round or add rounds after it.
+    """
+
+    timeline: Timeline
+    revision: int
+    start: int
+    pruned_turns: frozenset[str]
+    current_start: int
+    ends: list[int]
+    parts: list[PromptPart]
+    last_start: int
+    """The block index the last part starts at."""
+
+
 class TimelineRenderer:
     """Renders one conversation round after round, reusing the text of the parts it has rendered.
 
     A part's text depends only on its blocks, and blocks are immutable, so the text of a turn head,
     a round or a pruned card is computed once; a hidden or restored block is a new object, so its
-    part is rendered again. The cache holds only the parts of the latest render.
+    part is rendered again. Between two renders of a timeline that only grew, only the current
+    turn's last part and the parts after it are made again, so a round costs what it added, not
+    what the timeline holds. The cache holds the parts of the latest full render and those made since.
     """
 
     def __init__(self) -> None:
         # Keyed by the section and the ids of the part's blocks; the entry holds the blocks, so none
         # of those ids can be reused by another object while the entry exists.
-        self._parts: dict[tuple[object, ...], tuple[tuple[Block, ...], PromptPart]] = {}
-        self._next_parts: dict[tuple[object, ...], tuple[tuple[Block, ...], PromptPart]] = {}
+        self._parts: _PartCache = {}
+        self._segments: _Segments | None = None
 
-    def _part(self, section: PromptSection, blocks: Sequence[Block], *, card: bool = False) -> PromptPart:
+    def _part(
+        self, section: PromptSection, blocks: Sequence[Block], into: _PartCache, *, card: bool = False
+    ) -> PromptPart:
         key = (section, card, *map(id, blocks))
         entry = self._parts.get(key)
         if entry is None:
             text = render_pruned_turn(blocks) if card else BLOCK_SEPARATOR.join(map(render_block, blocks))
             entry = (tuple(blocks), PromptPart(section=section, text=text))
-        self._next_parts[key] = entry
+        into[key] = entry
         return entry[1]
+
+    def _add_units(
+        self,
+        segments: _Segments,
+        section: PromptSection,
+        blocks: Sequence[Block],
+        layout: TurnLayout,
+        first: int,
+        into: _PartCache,
+    ) -> None:
+        """Append a part for each unit (head, round) of ``layout`` from block ``first`` on."""
+        for end in _unit_ends(layout, first):
+            segments.ends.append(end)
+            segments.parts.append(self._part(section, blocks[first:end], into))
+            segments.last_start, first = first, end
+
+    def _timeline_segments(
+        self, timeline: Timeline, layouts: Sequence[TurnLayout], start: int, pruned_turns: frozenset[str]
+    ) -> _Segments:
+        """Return one part per turn head, per round and per pruned card, each ending at a block index.
+
+        The parts before a stop never change shape, so a prefix written by an earlier request (which
+        a provider keys by its content blocks) is still a prefix of this one.
+        """
+        blocks = timeline.blocks
+        current = layouts[-1]
+        made = self._segments
+        if (
+            made is not None
+            and made.timeline is timeline
+            and made.revision == timeline.revision
+            and made.start == start
+            and made.pruned_turns == pruned_turns
+            and made.current_start == current.start
+        ):
+            # Only appended since: keep every part but the last, and make the rest of the current turn.
+            segments = _Segments(
+                timeline, made.revision, start, pruned_turns, current.start, made.ends[:-1], made.parts[:-1], 0
+            )
+            self._add_units(segments, "current_turn", blocks, current, made.last_start, self._parts)
+            self._segments = segments
+            return segments
+        fresh: _PartCache = {}
+        segments = _Segments(timeline, timeline.revision, start, pruned_turns, current.start, [], [], start)
+        history = len(layouts) - 1  # every turn but the current one; the current one is never pruned
+        pruned = {number for number in range(history) if layouts[number].turn_id in pruned_turns}
+        last_card = max(pruned, default=-1)  # the pruning notice follows the last card
+        for number, layout in enumerate(layouts):
+            section: PromptSection = "history" if number < history else "current_turn"
+            if number in pruned:
+                card = self._part(section, blocks[layout.start : layout.end], fresh, card=True)
+                segments.ends.append(layout.end)
+                segments.parts.append(card)
+                if number == last_card:
+                    segments.ends.append(layout.end)
+                    segments.parts.append(_PRUNING_NOTICE_PART)
+                continue
+            self._add_units(segments, section, blocks, layout, layout.start, fresh)
+        self._parts = fresh
+        self._segments = segments
+        return segments
 
     def render(
         self,
@@ -179,42 +280,24 @@ class TimelineRenderer:
         :param pruned_turns: turns to render as compact cards (see :func:`berth.runtime.pruning.plan_pruning`);
             the current turn is never pruned.
         """
-        blocks = timeline.blocks
         start = timeline.latest_summary_index or 0
         layouts = timeline.turn_layouts(start)
         checkpoints = plan_checkpoints(timeline, start=start, offset=offset)
-
-        # One part per turn head, per round and per pruned card, each ending at a block index: the
-        # parts before a stop never change shape, so a prefix written by an earlier request (which
-        # a provider keys by its content blocks) is still a prefix of this one.
-        self._next_parts = {}
-        history = len(layouts) - 1  # every turn but the current one; the current one is never pruned
-        pruned = {number for number in range(history) if layouts[number].turn_id in pruned_turns}
-        last_card = max(pruned, default=-1)  # the pruning notice follows the last card
-        segments: list[tuple[int, PromptPart]] = []
-        for number, layout in enumerate(layouts):
-            section: PromptSection = "history" if number < history else "current_turn"
-            if number in pruned:
-                segments.append((layout.end, self._part(section, blocks[layout.start : layout.end], card=True)))
-                if number == last_card:
-                    segments.append((layout.end, _PRUNING_NOTICE_PART))
-                continue
-            first = layout.start
-            for end in (layout.head_end, *(round_.end for round_ in layout.rounds)):
-                if end > first:
-                    segments.append((end, self._part(section, blocks[first:end])))
-                    first = end
-        self._parts, self._next_parts = self._next_parts, {}
-
-        # A checkpoint goes on the last part ending at its position (after the pruning notice); one
-        # that ends inside a pruned card cannot be placed and is left out.
-        kind_at = {cp.end: cp.kind for cp in checkpoints}
-        last_at = {end: index for index, (end, _) in enumerate(segments)}
-        checkpoints = tuple(cp for cp in checkpoints if cp.end in last_at)
         parts = [PromptPart(section="system", text=system, cache_checkpoint="system")]
-        for index, (end, part) in enumerate(segments):
-            kind = kind_at.get(end) if last_at[end] == index else None
-            parts.append(part if kind is None else part.model_copy(update={"cache_checkpoint": kind}))
+        if layouts:
+            segments = self._timeline_segments(timeline, layouts, start, pruned_turns)
+            # A checkpoint goes on the last part ending at its position (after the pruning notice); one
+            # that ends inside a pruned card cannot be placed and is left out.
+            placed: list[CacheCheckpoint] = []
+            parts.extend(segments.parts)
+            for checkpoint in checkpoints:
+                index = bisect_right(segments.ends, checkpoint.end) - 1
+                if index >= 0 and segments.ends[index] == checkpoint.end:
+                    placed.append(checkpoint)
+                    parts[1 + index] = parts[1 + index].model_copy(update={"cache_checkpoint": checkpoint.kind})
+            checkpoints = tuple(placed)
+        else:
+            checkpoints = ()
         parts.append(
             PromptPart(
                 section="sources",
@@ -223,7 +306,7 @@ class TimelineRenderer:
         )
         parts.append(PromptPart(section="announce", text=render_announce(announce, timeline.announced)))
 
-        assert sum(part.cache_checkpoint is not None for part in parts) <= MAX_CACHE_BREAKPOINTS
+        assert 1 + len(checkpoints) <= MAX_CACHE_BREAKPOINTS  # the system message's and the placed ones
         messages = (
             PromptMessage(role="system", parts=tuple(parts[:1])),
             PromptMessage(role="user", parts=tuple(parts[1:])),

@@ -88,8 +88,17 @@ def _round_key(block: Block) -> str | None:
 def layout_turn(blocks: Sequence[Block], start: int, end: int) -> TurnLayout:
     """Group ``blocks[start:end]`` (one turn) into its head and its rounds."""
     turn_id = blocks[start].turn_id if start < end else ""
+    head_end = start
+    while head_end < end and _round_key(blocks[head_end]) is None:
+        head_end += 1
+    return TurnLayout(
+        turn_id=turn_id, start=start, head_end=head_end, end=end, rounds=_layout_rounds(blocks, head_end, end)
+    )
+
+
+def _layout_rounds(blocks: Sequence[Block], start: int, end: int) -> tuple[Round, ...]:
+    """Group ``blocks[start:end]`` into rounds; ``blocks[start]`` opens the first one (it has a round key)."""
     rounds: list[Round] = []
-    head_end = end
     key: str | None = None
     round_start = start
     complete = False
@@ -99,15 +108,30 @@ def layout_turn(blocks: Sequence[Block], start: int, end: int) -> TurnLayout:
         if block_key is None or block_key == key:
             complete = complete or block.type in _RESULT_TYPES
             continue
-        if key is None:
-            head_end = index
-        else:
+        if key is not None:
             rounds.append(_make_round(key, round_start, index, complete))
         key, round_start = block_key, index
         complete = block.type in _RESULT_TYPES
     if key is not None:
         rounds.append(_make_round(key, round_start, end, complete))
-    return TurnLayout(turn_id=turn_id, start=start, head_end=head_end, end=end, rounds=tuple(rounds))
+    return tuple(rounds)
+
+
+def _extend_layout(blocks: Sequence[Block], layout: TurnLayout) -> TurnLayout:
+    """Return ``layout`` grown over the blocks of its turn appended after it.
+
+    Appending can only grow a turn's last round (or its head, while it has no round) and add rounds
+    after it, so only the blocks from the last round's start on are grouped again.
+    """
+    end = layout.end
+    while end < len(blocks) and blocks[end].turn_id == layout.turn_id:
+        end += 1
+    if end == layout.end:
+        return layout
+    if not layout.rounds:
+        return layout_turn(blocks, layout.start, end)
+    rounds = layout.rounds[:-1] + _layout_rounds(blocks, layout.rounds[-1].start, end)
+    return TurnLayout(turn_id=layout.turn_id, start=layout.start, head_end=layout.head_end, end=end, rounds=rounds)
 
 
 def _make_round(key: str, start: int, end: int, has_result: bool) -> Round:
@@ -133,11 +157,13 @@ class Timeline:
 
     def __init__(self, blocks: Iterable[Block] = ()) -> None:
         self._blocks: list[Block] = list(blocks)
+        self._view: tuple[Block, ...] | None = None
+        self._revision = 0
         self._announced: tuple[Block, ...] = ()
-        # Layouts depend only on each block's turn, call and type, which hiding never changes, and
-        # appending can only extend the last turn: so all but the last cached layout stay valid
-        # until a prefix is replaced.
-        self._layouts: tuple[int, tuple[TurnLayout, ...]] | None = None
+        # Layouts by start index, each for the first ``length`` blocks. They depend only on each
+        # block's turn, call and type, which hiding never changes, and appending can only extend the
+        # last turn: so all but the last cached layout stay valid until a prefix is replaced.
+        self._layouts: dict[int, tuple[int, tuple[TurnLayout, ...]]] = {}
         self._latest_summary = self._find_latest_summary(0)
 
     @classmethod
@@ -152,7 +178,18 @@ class Timeline:
     @property
     def blocks(self) -> Sequence[Block]:
         """The contributed blocks, oldest first (a read-only view)."""
-        return tuple(self._blocks)
+        if self._view is None:
+            self._view = tuple(self._blocks)
+        return self._view
+
+    @property
+    def revision(self) -> int:
+        """How many times blocks already on the timeline were changed (hidden, restored, compacted).
+
+        Appending does not count: while the revision stays the same, the first ``n`` blocks stay the
+        same objects, so a cache of what was derived from them only has to add what was appended.
+        """
+        return self._revision
 
     @property
     def announced(self) -> tuple[Block, ...]:
@@ -166,6 +203,7 @@ class Timeline:
         """Append persistent blocks. Contribute a round's call and all its result blocks in one call."""
         first_new = len(self._blocks)
         self._blocks.extend(blocks)
+        self._view = None
         self._latest_summary = self._find_latest_summary(first_new, self._latest_summary)
 
     def replace_prefix(self, end: int, summary: Block) -> None:
@@ -178,7 +216,9 @@ class Timeline:
         if not 0 < end <= len(self._blocks):
             raise ValueError(f"prefix end {end} is outside the timeline (1..{len(self._blocks)})")
         self._blocks[:end] = [summary]
-        self._layouts = None
+        self._view = None
+        self._revision += 1
+        self._layouts = {}
         self._latest_summary = self._find_latest_summary(0)
 
     def _find_latest_summary(self, from_index: int, known: int | None = None) -> int | None:
@@ -216,15 +256,19 @@ class Timeline:
     def turn_layouts(self, start: int = 0) -> tuple[TurnLayout, ...]:
         """Return the layout of each turn whose blocks lie at or after index ``start``.
 
-        Turns are maximal runs of blocks with the same ``turn_id``.
+        Turns are maximal runs of blocks with the same ``turn_id``. The layouts are kept until the
+        timeline changes; after an append only the last turn and the new ones are laid out again.
         """
-        cached = self._layouts
-        if cached is not None and cached[0] == start and cached[1]:
-            layouts = list(cached[1][:-1])
-            index = cached[1][-1].start
-        else:
-            layouts, index = [], start
         blocks = self._blocks
+        cached = self._layouts.get(start)
+        if cached is not None and cached[0] == len(blocks):
+            return cached[1]
+        layouts: list[TurnLayout] = []
+        index = start
+        if cached is not None and cached[1]:
+            layouts.extend(cached[1][:-1])
+            layouts.append(_extend_layout(blocks, cached[1][-1]))
+            index = layouts[-1].end
         while index < len(blocks):
             turn_id = blocks[index].turn_id
             end = index + 1
@@ -233,7 +277,7 @@ class Timeline:
             layouts.append(layout_turn(blocks, index, end))
             index = end
         result = tuple(layouts)
-        self._layouts = (start, result)
+        self._layouts[start] = (len(blocks), result)
         return result
 
     def indices_of(self, path: str) -> tuple[int, ...]:
@@ -264,6 +308,8 @@ class Timeline:
             )
         for i in targets:
             self._blocks[i] = self._blocks[i].model_copy(update={"hidden": True, "replacement": replacement})
+        self._view = None
+        self._revision += 1
         return len(targets)
 
     def unhide(self, path: str) -> int:
@@ -279,4 +325,6 @@ class Timeline:
             raise TimelineError("not_hidden", f"{path!r} is not hidden")
         for i in targets:
             self._blocks[i] = self._blocks[i].model_copy(update={"hidden": False, "replacement": None})
+        self._view = None
+        self._revision += 1
         return len(targets)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,11 @@ from berth.runtime.turn import TurnState
 from berth.tools.spec import ToolSpec
 
 ToolRunner = Callable[[BaseModel, TurnState], Awaitable[Any]]
+
+# The catalog text of each params model's schema. A model class is built once per tool (per bundle
+# generation), and generating its schema costs far more than a turn's other setup; a reloaded bundle's
+# classes are new keys, and the old ones drop out with their classes.
+_SCHEMA_TEXTS: weakref.WeakKeyDictionary[type[BaseModel], str] = weakref.WeakKeyDictionary()
 
 
 class ToolNotice(Exception):  # noqa: N818 - a notice the model sees, not an error of the host
@@ -51,6 +57,20 @@ class RuntimeTool:
         schema = self.params_model.model_json_schema()
         schema.pop("title", None)
         return schema
+
+    @property
+    def schema_text(self) -> str:
+        """The params' JSON Schema as the catalog shows it: compact, keys sorted."""
+        if self.input_schema_override is not None:
+            return _compact_json(self.input_schema_override)
+        text = _SCHEMA_TEXTS.get(self.params_model)
+        if text is None:
+            text = _SCHEMA_TEXTS[self.params_model] = _compact_json(self.input_schema)
+        return text
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def function_tool(tool_id: str, spec: ToolSpec) -> RuntimeTool:
@@ -98,7 +118,7 @@ class ToolBox:
         sections = []
         for tool_id in sorted(self.tools):
             tool = self.tools[tool_id]
-            schema = json.dumps(tool.input_schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            schema = tool.schema_text
             flags = " (read-only)" if tool.read_only else ""
             timeout = f" (times out after {tool.timeout_s:g} s)" if tool.timeout_s else ""
             sections.append(f"## {tool_id}{flags}{timeout}\n{tool.description.strip()}\nparams: {schema}")

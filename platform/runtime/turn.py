@@ -50,6 +50,8 @@ class TurnState:
     pending_blocks: list[Block] = field(default_factory=list)
     _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _plan_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # The plan book as of (timeline, its revision, blocks read): blocks appended since are read on top.
+    _plans: tuple[Timeline, int, int, PlanBook] | None = field(default=None, repr=False)
 
     def now(self) -> datetime:
         """The current UTC time (injectable for tests)."""
@@ -65,4 +67,12 @@ class TurnState:
 
     def plan_book(self) -> PlanBook:
         """The plans as the timeline records them now."""
-        return PlanBook.from_blocks(self.timeline.blocks)
+        timeline = self.timeline
+        blocks, revision = timeline.blocks, timeline.revision
+        cached = self._plans
+        if cached is not None and cached[0] is timeline and cached[1] == revision and cached[2] <= len(blocks):
+            book = cached[3] if cached[2] == len(blocks) else cached[3].extended(blocks[cached[2] :])
+        else:
+            book = PlanBook.from_blocks(blocks)
+        self._plans = (timeline, revision, len(blocks), book)
+        return book

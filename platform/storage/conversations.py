@@ -41,6 +41,7 @@ __all__ = [
     "TurnRecord",
     "TurnRound",
     "TurnState",
+    "TurnUsage",
 ]
 
 TurnState: TypeAlias = Literal["running", "completed", "interrupted", "failed", "cancelled"]
@@ -91,8 +92,28 @@ class ArtifactWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """The tokens a turn's model calls used, summed (Anthropic's accounting: the input counts do not overlap).
+
+    :ivar input_tokens: uncached input tokens.
+    :ivar cache_read_input_tokens: input tokens served from the provider's prompt cache.
+    :ivar cache_creation_input_tokens: input tokens written to the provider's prompt cache.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
-    """One turn in the conversation index. ``rounds`` counts the rounds appended to its log."""
+    """One turn in the conversation index. ``rounds`` counts the rounds appended to its log.
+
+    :ivar usage: the tokens the turn used, recorded at its commit (zero until then).
+    :ivar exit_reason: how the turn ended (``completed``, ``exited``, ``iteration_limit``, ``failed``,
+        ``cancelled``, ``interrupted``), recorded at its commit; ``None`` while it runs.
+    """
 
     turn_id: str
     state: TurnState
@@ -100,6 +121,8 @@ class TurnRecord:
     ended_at: datetime | None
     generation: str | None
     rounds: int
+    usage: TurnUsage = TurnUsage()
+    exit_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +174,8 @@ class TurnCommit:
     :ivar sources: the source rows added or changed since the last write.
     :ivar final_round: blocks to append to the turn log with the commit (e.g. the final answer).
     :ivar title: a title for the conversation index, when the turn produced one.
+    :ivar usage: the tokens the turn used, for the turn log.
+    :ivar exit_reason: how the turn ended, for the turn log (see :attr:`TurnRecord.exit_reason`).
     """
 
     turn_id: str
@@ -162,6 +187,8 @@ class TurnCommit:
     final_round: tuple[BlockRecord, ...] = ()
     artifacts: tuple[ArtifactWrite, ...] = ()
     title: str | None = None
+    usage: TurnUsage = TurnUsage()
+    exit_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,12 @@ Layout under ``root``::
 How writes stay atomic:
 
 * every database write is one ``BEGIN IMMEDIATE`` transaction;
+* the turn's commit is durable (``synchronous=FULL``: the WAL is ``fsync``-ed before it returns);
+  beginning a turn and appending a round are not (``synchronous=NORMAL``, no ``fsync``). In WAL mode
+  that still survives a killed process — the transaction is in the WAL file once it returns — and
+  never corrupts the database; only a power loss or OS crash can take back the rounds appended since
+  the last ``fsync`` (the next commit's, or a checkpoint's), and the turn then comes back
+  ``interrupted`` with fewer rounds;
 * files are written to a temporary name, flushed, ``fsync``-ed and renamed into place before the
   transaction that makes them visible commits. A crash in between leaves an unreferenced file and the
   previous consistent state; the old timeline file is removed only after the new one is committed.
@@ -31,7 +37,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from types import TracebackType
@@ -48,6 +54,7 @@ from berth.storage.conversations import (
     TurnRecord,
     TurnRound,
     TurnState,
+    TurnUsage,
 )
 from berth.storage.scope import ConversationScope, OwnerScope
 
@@ -82,6 +89,11 @@ CREATE TABLE IF NOT EXISTS turns (
     ended_at TEXT,
     generation TEXT,
     rounds INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_input_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_creation_input_tokens INTEGER NOT NULL DEFAULT 0,
+    exit_reason TEXT,
     PRIMARY KEY (conversation, turn_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS turn_log (
@@ -109,6 +121,23 @@ CREATE TABLE IF NOT EXISTS artifacts (
     PRIMARY KEY (conversation, path)
 ) WITHOUT ROWID;
 """
+
+_ADDED_COLUMNS: Final = {
+    "turns": (
+        ("input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+        ("output_tokens", "INTEGER NOT NULL DEFAULT 0"),
+        ("cache_read_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+        ("cache_creation_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+        ("exit_reason", "TEXT"),
+    )
+}
+"""Columns added to tables after their first release: a database created before gets them on open."""
+
+_SELECT_TURN: Final = (
+    "SELECT turn_id, state, started_at, ended_at, generation, rounds, input_tokens, output_tokens,"
+    " cache_read_input_tokens, cache_creation_input_tokens, exit_reason"
+)
+"""The columns :func:`_turn_record` reads, in its order (a query adds its ``FROM`` clause)."""
 
 
 def _now() -> str:
@@ -169,6 +198,8 @@ def _checked_artifact_path(path: str) -> str:
 class SqliteDatabase:
     """One SQLite connection in WAL mode, used from worker threads one call at a time.
 
+    Writes are durable (``synchronous=FULL``) unless the caller says otherwise; see :meth:`write`.
+
     :param trace: called with each SQL statement as executed (values expanded); for diagnostics and
         for tests that check how much a write touches.
     """
@@ -179,8 +210,12 @@ class SqliteDatabase:
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
-    def open(self, schema: str) -> None:
-        """Open (or create) the database, switch it to WAL and create ``schema``'s tables."""
+    def open(self, schema: str, *, added_columns: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> None:
+        """Open (or create) the database, switch it to WAL and create ``schema``'s tables.
+
+        :param added_columns: table → ``(column, definition)`` pairs that ``schema`` has but a database
+            created by an earlier release may lack; each missing one is added (``ALTER TABLE``).
+        """
         with self._lock:
             if self._connection is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +227,11 @@ class SqliteDatabase:
                     connection.set_trace_callback(self._trace)
                 self._connection = connection
             self._connection.executescript(schema)
+            for table, columns in (added_columns or {}).items():
+                present = {row[1] for row in self._connection.execute(f"PRAGMA table_info({table})")}
+                for column, definition in columns:
+                    if column not in present:
+                        self._connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     def close(self) -> None:
         """Close the connection; later calls fail with ``store_closed``."""
@@ -210,17 +250,28 @@ class SqliteDatabase:
             finally:
                 connection.execute("COMMIT")
 
-    def write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it."""
+    def write(self, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True) -> _T:
+        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it.
+
+        :param durable: ``fsync`` the WAL before returning (``synchronous=FULL``). With ``False``
+            (``synchronous=NORMAL``) the transaction survives a killed process but a power loss may take
+            it back (never half of it); the next durable write makes it durable too.
+        """
         with self._lock:
             connection = self._require()
-            connection.execute("BEGIN IMMEDIATE")
+            if not durable:
+                connection.execute("PRAGMA synchronous=NORMAL")
             try:
-                result = work(connection)
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(connection)
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
+            finally:
+                if not durable:
+                    connection.execute("PRAGMA synchronous=FULL")
             return result
 
     def _require(self) -> sqlite3.Connection:
@@ -230,7 +281,8 @@ class SqliteDatabase:
 
 
 def _turn_record(row: Sequence[object]) -> TurnRecord:
-    turn_id, state, started_at, ended_at, generation, rounds = row
+    """Build a :class:`TurnRecord` from a row of :data:`_SELECT_TURN`."""
+    turn_id, state, started_at, ended_at, generation, rounds, *tokens, exit_reason = row
     started = _instant(cast(str, started_at))
     assert started is not None
     return TurnRecord(
@@ -240,6 +292,8 @@ def _turn_record(row: Sequence[object]) -> TurnRecord:
         ended_at=_instant(cast("str | None", ended_at)),
         generation=cast("str | None", generation),
         rounds=cast(int, rounds),
+        usage=TurnUsage(*cast("list[int]", tokens)),
+        exit_reason=cast("str | None", exit_reason),
     )
 
 
@@ -310,8 +364,7 @@ class SqliteConversationHandle:
             [(conversation, turn_id) for (turn_id,) in stalled if turn_id not in running],
         )
         turn_rows = connection.execute(
-            "SELECT turn_id, state, started_at, ended_at, generation, rounds, committed"
-            " FROM turns WHERE conversation=? ORDER BY seq",
+            _SELECT_TURN + ", committed FROM turns WHERE conversation=? ORDER BY seq",
             (conversation,),
         ).fetchall()
         turns = tuple(_turn_record(row[:-1]) for row in turn_rows)
@@ -362,8 +415,7 @@ class SqliteConversationHandle:
             row = None
             if conversation is not None:
                 row = connection.execute(
-                    "SELECT turn_id, state, started_at, ended_at, generation, rounds"
-                    " FROM turns WHERE conversation=? AND turn_id=?",
+                    _SELECT_TURN + " FROM turns WHERE conversation=? AND turn_id=?",
                     (conversation, turn_id),
                 ).fetchone()
             if conversation is None or row is None:
@@ -414,7 +466,7 @@ class SqliteConversationHandle:
             self._insert_blocks(connection, conversation, turn_id, 0, head)
             return conversation
 
-        conversation = await asyncio.to_thread(self._store.database.write, work)
+        conversation = await asyncio.to_thread(self._store.database.write, work, durable=False)
         self._store.mark_running(conversation, turn_id)
 
     @staticmethod
@@ -467,7 +519,8 @@ class SqliteConversationHandle:
             )
             return index
 
-        return await asyncio.to_thread(self._store.database.write, work)
+        # Not fsync-ed: a killed process keeps the round; see the module docstring for a power loss.
+        return await asyncio.to_thread(self._store.database.write, work, durable=False)
 
     def _commit(self, commit: TurnCommit) -> int:
         written: list[Path] = []
@@ -508,9 +561,23 @@ class SqliteConversationHandle:
                     " turn_id=excluded.turn_id",
                     [(conversation, path, digest, size, commit.turn_id) for path, digest, size in blobs],
                 )
+                usage = commit.usage
                 connection.execute(
-                    "UPDATE turns SET state=?, committed=1, ended_at=?, rounds=? WHERE conversation=? AND turn_id=?",
-                    (commit.state, _iso(commit.ended_at), rounds, conversation, commit.turn_id),
+                    "UPDATE turns SET state=?, committed=1, ended_at=?, rounds=?, input_tokens=?, output_tokens=?,"
+                    " cache_read_input_tokens=?, cache_creation_input_tokens=?, exit_reason=?"
+                    " WHERE conversation=? AND turn_id=?",
+                    (
+                        commit.state,
+                        _iso(commit.ended_at),
+                        rounds,
+                        usage.input_tokens,
+                        usage.output_tokens,
+                        usage.cache_read_input_tokens,
+                        usage.cache_creation_input_tokens,
+                        commit.exit_reason,
+                        conversation,
+                        commit.turn_id,
+                    ),
                 )
                 connection.execute(
                     "UPDATE conversations SET version=version+1, timeline_file=?, updated_at=?,"
@@ -551,7 +618,7 @@ class SqliteConversationStore:
 
     async def open(self) -> None:
         """Create the root folder, the database (WAL) and its tables."""
-        await asyncio.to_thread(self.database.open, _SCHEMA)
+        await asyncio.to_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
 
     async def aclose(self) -> None:
         """Close the database; the store refuses further work."""

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from turn_harness import TurnHarness, action, complete, turn_harness
 
 from berth.config.models.assembly import ModelRef
@@ -248,11 +247,6 @@ async def test_the_persisted_timeline_holds_every_turn_sent_to_the_model(tmp_pat
         assert [(t.turn_id, t.state) for t in snapshot.turns] == [("turn_1", "completed"), ("turn_2", "completed")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 6 §1: the turn log should record token usage (input, output, cache read, cache write); "
-    "TurnRunner keeps it only in TurnResult and the turn.completed event, TurnRecord has no usage",
-)
 async def test_the_turn_log_records_token_usage_with_cache_reads_and_writes(tmp_path: Path) -> None:
     async with anthropic_stack(tmp_path) as stack:
         result = await stack.turn("Greet Ada", [action("hello.greet", name="Ada"), complete("Hello, Ada!")])

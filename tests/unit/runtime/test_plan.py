@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from runtime_builders import T0
+from runtime_builders import T0, ConversationBuilder
 
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.paths import PlanAliasPath, parse_path
@@ -185,3 +185,30 @@ def test_plan_renders_with_step_markers_and_current_tag() -> None:
         "  ✓ [1] collect",
         "  □ [2] draft",
     ]
+
+
+def test_a_plan_book_extended_round_by_round_equals_one_read_at_once() -> None:
+    conversation = ConversationBuilder().turn("turn_1")
+    book = PlanBook.from_blocks(conversation.timeline.blocks)
+    read = len(conversation.timeline)
+    for n, command in enumerate(
+        [
+            PlanCommand(mode="new", steps=("look", "answer")),
+            PlanCommand(mode="new", steps=("other",)),
+            PlanCommand(mode="close"),
+        ],
+        start=1,
+    ):
+        blocks = apply_plan_command(
+            PlanBook.from_blocks(conversation.timeline.blocks),
+            command,
+            turn_id="turn_1",
+            now=T0,
+            new_plan_id=f"1p{n}",
+            call_id=f"c{n}",
+        )
+        conversation.timeline.contribute(*blocks)
+        book = book.extended(conversation.timeline.blocks[read:])
+        read = len(conversation.timeline)
+        whole = PlanBook.from_blocks(conversation.timeline.blocks)
+        assert (book.current_plan_id, book.open_plans()) == (whole.current_plan_id, whole.open_plans())

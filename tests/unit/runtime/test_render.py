@@ -292,3 +292,24 @@ def test_each_request_rereads_at_most_offset_plus_one_parts_of_the_timeline(
             conversation.tool_round(f"c{round_number}", result_parts=parts)
             assert reread_parts() <= offset + 1
         conversation.final()
+
+
+def test_a_renderer_that_follows_a_growing_timeline_renders_what_a_fresh_one_does(
+    announce_state: AnnounceState,
+) -> None:
+    conversation = ConversationBuilder().full_turn("turn_1", rounds=2).turn("turn_2")
+    renderer = TimelineRenderer()
+    # a block without a call id joins the round before it, so the last part grows too
+    steps = [
+        lambda: conversation.tool_round("c1"),
+        lambda: conversation.tool_round("c2", result_parts=3),
+        lambda: conversation.timeline.contribute(
+            conversation.block(BlockType.SYSTEM_MESSAGE, "ar:turn_2.system.message.n1", text="a note")
+        ),
+        lambda: conversation.tool_round("c3"),
+        lambda: conversation.final(),
+    ]
+    for step in steps:
+        step()
+        followed = renderer.render(conversation.timeline, system=SYSTEM, sources=SourcesPool(), announce=announce_state)
+        assert followed == render(conversation.timeline, announce_state)

@@ -1,0 +1,58 @@
+"""Conversations kept in memory between turns: what a conversation's next turn in this process reuses.
+
+A conversation's turns usually run one after another in the same process. After a commit, the turn
+leaves behind the timeline it committed (with its cached layouts and the JSON of its blocks) and the
+renderer that rendered it. The next turn takes both over when the store still holds that version — no
+parsing of the stored artifact, no laying out or rendering of blocks already rendered — so starting a
+turn costs what changed, not what the conversation holds. A version committed elsewhere is not reused,
+and a turn that ends without a commit leaves nothing behind (it took the entry when it started).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from berth.runtime.persistence import CommittedTimeline
+from berth.runtime.render import TimelineRenderer
+from berth.storage.scope import ConversationScope
+
+__all__ = ["DEFAULT_RESIDENT_CONVERSATIONS", "ResidentConversation", "ResidentConversations"]
+
+DEFAULT_RESIDENT_CONVERSATIONS = 16
+"""How many conversations a turn runner keeps in memory by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentConversation:
+    """What one conversation's last turn in this process left for the next one."""
+
+    committed: CommittedTimeline
+    renderer: TimelineRenderer
+
+
+class ResidentConversations:
+    """The most recently run conversations, at most ``capacity`` of them (the least recent is dropped)."""
+
+    def __init__(self, capacity: int = DEFAULT_RESIDENT_CONVERSATIONS) -> None:
+        if capacity < 0:
+            raise ValueError("capacity must be >= 0")
+        self._capacity = capacity
+        self._conversations: OrderedDict[ConversationScope, ResidentConversation] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._conversations)
+
+    def take(self, scope: ConversationScope) -> ResidentConversation | None:
+        """Remove and return what the last turn of ``scope`` in this process left, if it is still kept.
+
+        The caller owns it from then on (a turn changes the timeline); :meth:`keep` puts it back.
+        """
+        return self._conversations.pop(scope, None)
+
+    def keep(self, scope: ConversationScope, resident: ResidentConversation) -> None:
+        """Keep ``resident`` for the next turn of ``scope``, dropping the least recent conversation if full."""
+        self._conversations[scope] = resident
+        self._conversations.move_to_end(scope)
+        while len(self._conversations) > self._capacity:
+            self._conversations.popitem(last=False)
