@@ -48,10 +48,9 @@ from berth.config import ConfigError
 from berth.host.generation import BundleGeneration
 from berth.host.registry import ReloadOutcome
 from berth.runtime.toolbox import ToolNotice
-from berth.tools.catalog import build_catalog
-from berth.tools.contributions import merge_tool_contributions
-from berth.tools.packs import PackContext, ToolPackFactory
+from berth.tools.packs import ToolPackFactory
 from berth.tools.results import ToolOutput
+from berth.tools.scoped import tools_in_scope
 from berth.tools.spec import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -102,27 +101,8 @@ def exposed_tools(
 ) -> dict[str, ExposedTool]:
     """The tools ``generation`` offers in ``context``'s scope, by id: its functions and its packs' tools
     (a pack not installed on this host offers nothing; MCP servers the bundle consumes are not re-exported)."""
-    catalog = build_catalog(generation.bundle_id, merge_tool_contributions(generation.hooks.tools(context)))
-    found: dict[str, ExposedTool] = {}
-    for entry in catalog:
-        if entry.spec is not None:
-            found[entry.tool_id] = ExposedTool(entry.tool_id, entry.spec)
-        elif entry.pack is not None and (factory := tool_packs.get(entry.pack.id)) is not None:
-            pack = factory(
-                PackContext(
-                    pack_id=entry.pack.id,
-                    options=entry.pack.options,
-                    bundle_id=generation.bundle_id,
-                    tenant=context.tenant,
-                    project=context.project,
-                    settings=context.settings,
-                    secret=context.secret,
-                )
-            )
-            for spec in pack.tools:
-                tool_id = f"{entry.pack.id}.{spec.name}"
-                found[tool_id] = ExposedTool(tool_id, spec)
-    return found
+    scoped = tools_in_scope(generation.bundle_id, generation.hooks.tools(context), context, tool_packs)
+    return {tool_id: ExposedTool(tool_id, spec) for tool_id, spec in scoped.specs.items()}
 
 
 async def call_exposed_tool(tool: ExposedTool, arguments: Mapping[str, Any]) -> types.CallToolResult:

@@ -26,7 +26,7 @@ from berth.config.models.assembly import ModelRef, ReactConfig
 from berth.models.errors import ModelContextOverflow, ModelError
 from berth.models.protocol import ModelCompleted, ModelProvider, ModelRequest, TextDelta, Usage
 from berth.runtime.announce import AnnounceState
-from berth.runtime.blocks import Block, BlockType
+from berth.runtime.blocks import Author, Block, BlockType
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
 from berth.runtime.events import EventSink, TurnEvent
@@ -55,10 +55,9 @@ from berth.runtime.workspace import Workspace
 from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnUsage
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, CitationSource, StreamEvent, render_citations
-from berth.tools.catalog import build_catalog
-from berth.tools.contributions import merge_tool_contributions
-from berth.tools.packs import PackContext, ToolPackFactory
+from berth.tools.packs import ToolPackFactory
 from berth.tools.results import ToolOutput
+from berth.tools.scoped import tools_in_scope
 
 if TYPE_CHECKING:
     from berth.host.generation import BundleGeneration
@@ -438,12 +437,12 @@ class TurnRunner:
         turn_id = state.turn_id
         if decision.thinking.strip():
             blocks.append(
-                Block(
-                    type=BlockType.REACT_THINKING,
-                    path=str(RecordPath(turn_id, f"react.thinking.{call_id}")),
-                    turn_id=turn_id,
-                    ts=now,
-                    author="assistant",
+                record_block(
+                    BlockType.REACT_THINKING,
+                    turn_id,
+                    f"react.thinking.{call_id}",
+                    now,
+                    "assistant",
                     text=decision.thinking,
                     call_id=call_id,
                 )
@@ -452,12 +451,12 @@ class TurnRunner:
         action = decision.action
         if action is not None and action.notes.strip():
             blocks.append(
-                Block(
-                    type=BlockType.REACT_NOTES,
-                    path=str(RecordPath(turn_id, f"react.notes.{call_id}")),
-                    turn_id=turn_id,
-                    ts=now,
-                    author="assistant",
+                record_block(
+                    BlockType.REACT_NOTES,
+                    turn_id,
+                    f"react.notes.{call_id}",
+                    now,
+                    "assistant",
                     text=action.notes,
                     call_id=call_id,
                 )
@@ -663,12 +662,12 @@ class TurnRunner:
     ) -> list[Block]:
         for n, notice in enumerate(notices, start=1):
             blocks.append(
-                Block(
-                    type=BlockType.REACT_NOTICE,
-                    path=str(RecordPath(state.turn_id, f"react.notice.{call_id}-{n}")),
-                    turn_id=state.turn_id,
-                    ts=now,
-                    author="runtime",
+                record_block(
+                    BlockType.REACT_NOTICE,
+                    state.turn_id,
+                    f"react.notice.{call_id}-{n}",
+                    now,
+                    "runtime",
                     mime="application/json",
                     data={"code": notice.code, "message": notice.message},
                     call_id=call_id,
@@ -678,24 +677,24 @@ class TurnRunner:
 
     def _final_blocks(self, decision: Decision, state: TurnState, now: datetime) -> list[Block]:
         blocks = [
-            Block(
-                type=BlockType.ASSISTANT_COMPLETION,
-                path=str(RecordPath(state.turn_id, "assistant.completion")),
-                turn_id=state.turn_id,
-                ts=now,
-                author="assistant",
+            record_block(
+                BlockType.ASSISTANT_COMPLETION,
+                state.turn_id,
+                "assistant.completion",
+                now,
+                "assistant",
                 mime="text/markdown",
                 text=decision.answer,
             )
         ]
         if decision.followups:
             blocks.append(
-                Block(
-                    type=BlockType.ASSISTANT_FOLLOWUPS,
-                    path=str(RecordPath(state.turn_id, "assistant.followups")),
-                    turn_id=state.turn_id,
-                    ts=now,
-                    author="assistant",
+                record_block(
+                    BlockType.ASSISTANT_FOLLOWUPS,
+                    state.turn_id,
+                    "assistant.followups",
+                    now,
+                    "assistant",
                     mime="application/json",
                     data={"followups": list(decision.followups)},
                 )
@@ -703,12 +702,12 @@ class TurnRunner:
         return blocks
 
     def _status_block(self, state: TurnState, status: str, message: str) -> Block:
-        return Block(
-            type=BlockType.TURN_STATUS,
-            path=str(RecordPath(state.turn_id, "turn.status")),
-            turn_id=state.turn_id,
-            ts=self._clock(),
-            author="runtime",
+        return record_block(
+            BlockType.TURN_STATUS,
+            state.turn_id,
+            "turn.status",
+            self._clock(),
+            "runtime",
             text=message,
             meta={"state": status},
         )
@@ -716,12 +715,12 @@ class TurnRunner:
     def _head_blocks(
         self, turn: TurnInput, generation: BundleGeneration, model_ref: ModelRef, now: datetime, pruned: frozenset[str]
     ) -> list[Block]:
-        header = Block(
-            type=BlockType.TURN_HEADER,
-            path=str(RecordPath(turn.turn_id, "turn.header")),
-            turn_id=turn.turn_id,
-            ts=now,
-            author="runtime",
+        header = record_block(
+            BlockType.TURN_HEADER,
+            turn.turn_id,
+            "turn.header",
+            now,
+            "runtime",
             mime="application/json",
             data={
                 "bundle": generation.bundle_id,
@@ -730,14 +729,7 @@ class TurnRunner:
                 "pruned": sorted(pruned),
             },
         )
-        prompt = Block(
-            type=BlockType.USER_PROMPT,
-            path=str(RecordPath(turn.turn_id, "user.prompt")),
-            turn_id=turn.turn_id,
-            ts=now,
-            author="user",
-            text=turn.message,
-        )
+        prompt = record_block(BlockType.USER_PROMPT, turn.turn_id, "user.prompt", now, "user", text=turn.message)
         blocks = [header, prompt]
         for name, mime, data in turn.attachments:
             text = (
@@ -771,29 +763,10 @@ class TurnRunner:
         with_memory: bool,
     ) -> ToolBox:
         toolbox = ToolBox()
-        catalog = build_catalog(generation.bundle_id, merge_tool_contributions(generation.hooks.tools(context)))
-        for entry in catalog:
-            if entry.spec is not None:
-                toolbox.add(function_tool(entry.tool_id, entry.spec))
-            elif entry.pack is not None:
-                factory = self._tool_packs.get(entry.pack.id)
-                if factory is None:
-                    toolbox.inactive[f"{entry.pack.id}.*"] = "tool pack not installed on this host"
-                    continue
-                pack = factory(
-                    PackContext(
-                        pack_id=entry.pack.id,
-                        options=entry.pack.options,
-                        bundle_id=generation.bundle_id,
-                        tenant=context.tenant,
-                        project=context.project,
-                        settings=context.settings,
-                        secret=context.secret,
-                    )
-                )
-                for spec in pack.tools:
-                    toolbox.add(function_tool(f"{entry.pack.id}.{spec.name}", spec))
-                toolbox.inactive.update(pack.inactive)
+        scoped = tools_in_scope(generation.bundle_id, generation.hooks.tools(context), context, self._tool_packs)
+        for tool_id, spec in scoped.specs.items():
+            toolbox.add(function_tool(tool_id, spec))
+        toolbox.inactive.update(scoped.inactive)
         if generation.mcp is not None:
             await add_mcp_tools(toolbox, generation.mcp)
         for tool in react_tools(bundle, with_memory=with_memory):
@@ -903,3 +876,12 @@ def _read_only(toolbox: ToolBox, action: Action) -> bool:
     """True when the action calls a known read-only (exploration) tool."""
     tool = toolbox.get(action.tool_call.tool_id) if action.tool_call is not None else None
     return tool is not None and tool.read_only
+
+
+def record_block(
+    block_type: BlockType, turn_id: str, record: str, ts: datetime, author: Author, **content: Any
+) -> Block:
+    """A block at ``ar:<turn_id>.<record>`` (``content``: text or data, mime, meta, call_id)."""
+    return Block(
+        type=block_type, path=str(RecordPath(turn_id, record)), turn_id=turn_id, ts=ts, author=author, **content
+    )

@@ -1,0 +1,57 @@
+"""The callable tools of one bundle in one scope: its ``@tool`` functions and its tool packs' tools.
+
+Both the runtime (a turn's catalog) and the MCP endpoint (a bundle served as an MCP server) start from
+here, so a tool has the same id, schema and behaviour wherever it is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth.bundle.context import BundleContext
+from berth.tools.catalog import build_catalog
+from berth.tools.contributions import McpServer, merge_tool_contributions
+from berth.tools.packs import PackContext, ToolPackFactory
+from berth.tools.spec import ToolSpec
+
+
+@dataclass(frozen=True)
+class ScopedTools:
+    """Tool specs by id, tools listed as inactive (id → reason), and the MCP servers the bundle consumes."""
+
+    specs: dict[str, ToolSpec] = field(default_factory=dict)
+    inactive: dict[str, str] = field(default_factory=dict)
+    servers: list[McpServer] = field(default_factory=list)
+
+
+def tools_in_scope(
+    bundle_id: str, contributions: Iterable[Any], context: BundleContext, tool_packs: Mapping[str, ToolPackFactory]
+) -> ScopedTools:
+    """Build the catalog from ``berth_tools`` results and instantiate its tool packs for ``context``'s scope."""
+    scoped = ScopedTools()
+    for entry in build_catalog(bundle_id, merge_tool_contributions(contributions)):
+        if entry.spec is not None:
+            scoped.specs[entry.tool_id] = entry.spec
+        elif entry.server is not None:
+            scoped.servers.append(entry.server)
+        elif entry.pack is not None:
+            factory = tool_packs.get(entry.pack.id)
+            if factory is None:
+                scoped.inactive[f"{entry.pack.id}.*"] = "tool pack not installed on this host"
+                continue
+            pack = factory(
+                PackContext(
+                    pack_id=entry.pack.id,
+                    options=entry.pack.options,
+                    bundle_id=bundle_id,
+                    tenant=context.tenant,
+                    project=context.project,
+                    settings=context.settings,
+                    secret=context.secret,
+                )
+            )
+            scoped.specs.update({f"{entry.pack.id}.{spec.name}": spec for spec in pack.tools})
+            scoped.inactive.update(pack.inactive)
+    return scoped
