@@ -11,15 +11,12 @@ and the turn's files are committed atomically at the end. A protocol problem bec
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import ValidationError
 
 from berth.bundle.context import BundleContext
 from berth.config.models.assembly import ModelRef, ReactConfig
@@ -32,7 +29,7 @@ from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_
 from berth.runtime.events import EventSink, TurnEvent
 from berth.runtime.mcp_tools import add_mcp_tools
 from berth.runtime.memory import MemorySearch
-from berth.runtime.paths import RecordPath, ToolCallPath
+from berth.runtime.paths import RecordPath
 from berth.runtime.persistence import TurnRecorder, restore_conversation
 from berth.runtime.plan import apply_step_markers
 from berth.runtime.protocol import (
@@ -46,9 +43,10 @@ from berth.runtime.protocol import (
 from berth.runtime.pruning import plan_pruning
 from berth.runtime.render import PromptMessage, PromptPart, RenderedPrompt, TimelineRenderer
 from berth.runtime.resident import DEFAULT_RESIDENT_CONVERSATIONS, ResidentConversation, ResidentConversations
-from berth.runtime.sources import Source, SourcesPool
+from berth.runtime.sources import SourcesPool
 from berth.runtime.timeline import Timeline
-from berth.runtime.toolbox import RuntimeTool, ToolBox, ToolNotice, function_tool, system_message
+from berth.runtime.tool_calls import execute_tool_call
+from berth.runtime.toolbox import RuntimeTool, ToolBox, function_tool, system_message
 from berth.runtime.tools import react_tools
 from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace
@@ -56,7 +54,6 @@ from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnUs
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, CitationSource, StreamEvent, render_citations
 from berth.tools.packs import ToolPackFactory
-from berth.tools.results import ToolOutput
 from berth.tools.scoped import tools_in_scope
 
 if TYPE_CHECKING:
@@ -491,169 +488,23 @@ class TurnRunner:
             calls = calls[:1]
         for index, call_action in enumerate(calls):
             this_call = call_id if index == 0 else state.next_call_id()
-            blocks.extend(await self._call_tool(call_action, decision, this_call, state, toolbox, emit, notices))
+            blocks.extend(
+                await execute_tool_call(
+                    call_action,
+                    decision,
+                    this_call,
+                    state,
+                    toolbox,
+                    emit,
+                    notices,
+                    clock=self._clock,
+                    preview_chars=self._preview_chars,
+                )
+            )
         blocks = self._with_notices(blocks, notices, state, call_id, now)
         for notice in notices:
             await emit(TurnEvent("notice", {"code": notice.code, "message": notice.message}))
         return blocks, None
-
-    async def _call_tool(
-        self,
-        action: Action,
-        decision: Decision,
-        call_id: str,
-        state: TurnState,
-        toolbox: ToolBox,
-        emit: EventSink,
-        notices: list[ProtocolNotice],
-    ) -> list[Block]:
-        assert action.tool_call is not None
-        tool_id, params = action.tool_call.tool_id, action.tool_call.params
-        now = self._clock()
-        turn_id = state.turn_id
-        call_block = Block(
-            type=BlockType.REACT_TOOL_CALL,
-            path=str(ToolCallPath(turn_id, call_id, "call")),
-            turn_id=turn_id,
-            ts=now,
-            author="assistant",
-            mime="application/json",
-            data={"tool_id": tool_id, "params": params},
-            call_id=call_id,
-        )
-        blocks = [call_block]
-        if decision.code is not None:
-            blocks.append(
-                Block(
-                    type=BlockType.REACT_TOOL_CODE,
-                    path=str(ToolCallPath(turn_id, call_id, "code")),
-                    turn_id=turn_id,
-                    ts=now,
-                    author="assistant",
-                    mime="text/x-python",
-                    text=decision.code,
-                    call_id=call_id,
-                )
-            )
-        await emit(TurnEvent("tool.call", {"call_id": call_id, "tool_id": tool_id, "params": params}))
-        tool = toolbox.get(tool_id)
-
-        def notice_block(code: str, message: str) -> Block:
-            return Block(
-                type=BlockType.REACT_NOTICE,
-                path=str(ToolCallPath(turn_id, call_id, "notice")),
-                turn_id=turn_id,
-                ts=self._clock(),
-                author="runtime",
-                mime="application/json",
-                data={"code": code, "message": message, "tool_id": tool_id},
-                call_id=call_id,
-            )
-
-        async def failed(code: str, message: str) -> list[Block]:
-            await emit(TurnEvent("notice", {"code": code, "message": message, "call_id": call_id}))
-            await emit(
-                TurnEvent(
-                    "tool.result",
-                    {"call_id": call_id, "tool_id": tool_id, "ok": False, "summary": f"{code}: {message}", "paths": []},
-                )
-            )
-            return [*blocks, notice_block(code, message)]
-
-        if tool is None:
-            if tool_id in toolbox.inactive:
-                return await failed("tool_inactive", f"{tool_id} is inactive: {toolbox.inactive[tool_id]}")
-            known = ", ".join(sorted(toolbox.tools))
-            return await failed("unknown_tool", f"no tool {tool_id!r}; the catalog has: {known}")
-        try:
-            validated = tool.params_model.model_validate(params)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in exc.errors())
-            return await failed("tool_params_invalid", f"params of {tool_id} do not match its schema: {problems}")
-        state.current_call_id = call_id
-        state.pending_blocks.clear()
-        try:
-            run = tool.run(validated, state)
-            value = await (asyncio.wait_for(run, tool.timeout_s) if tool.timeout_s else run)
-        except ToolNotice as notice:
-            return await failed(notice.code, notice.message)
-        except TimeoutError:
-            return await failed("tool_timeout", f"{tool_id} did not finish within {tool.timeout_s:g} s")
-        except Exception as exc:
-            log.warning("tool %s failed", tool_id, exc_info=True)
-            return await failed("tool_failed", f"{tool_id} raised {type(exc).__name__}: {exc}")
-        output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
-        sids: tuple[int, ...] = ()
-        if output.sources:
-            merge = state.sources.merge(
-                Source(
-                    url=s.url,
-                    title=s.title,
-                    text=s.text,
-                    mime=s.mime,
-                    source_type=s.source_type,
-                    published_at=s.published_at,
-                    fetched_at=now,
-                )
-                for s in output.sources
-            )
-            state.sources, sids = merge.pool, merge.sids
-            await emit(
-                TurnEvent(
-                    "citation.sources",
-                    {
-                        "sids": list(sids),
-                        "sources": [
-                            {"sid": sid, "url": row.url, "title": row.title}
-                            for sid in sids
-                            if (row := state.sources.get(sid))
-                        ],
-                    },
-                )
-            )
-        text = (
-            output.value if isinstance(output.value, str) else json.dumps(output.value, ensure_ascii=False, default=str)
-        )
-        result_path = str(ToolCallPath(turn_id, call_id, "result"))
-        shown = text
-        if len(text) > self._preview_chars:
-            state.full_results[result_path] = text
-            shown = (
-                f"{text[: self._preview_chars]}\n… [{len(text)} characters in all; read the rest with "
-                f"react.read(paths=['{result_path}'], lines='1-200')]"
-            )
-        if sids:
-            shown += "\nsources: " + ", ".join(f"[[S:{sid}]]" for sid in sids)
-        ok = not output.is_error
-        blocks.append(
-            Block(
-                type=BlockType.REACT_TOOL_RESULT,
-                path=result_path,
-                turn_id=turn_id,
-                ts=self._clock(),
-                author="tool",
-                text=shown,
-                call_id=call_id,
-                meta={"tool_id": tool_id, "ok": ok, "size": len(text), "sids": list(sids)},
-            )
-        )
-        blocks.extend(state.pending_blocks)
-        state.pending_blocks.clear()
-        await emit(
-            TurnEvent(
-                "tool.result",
-                {
-                    "call_id": call_id,
-                    "tool_id": tool_id,
-                    "ok": ok,
-                    "summary": output.summary or text[:200],
-                    "paths": [result_path],
-                },
-            )
-        )
-        if output.is_error:
-            notices.append(ProtocolNotice("tool_failed", f"{tool_id} reported an error; see {result_path}"))
-        return blocks
 
     # -- helpers ---------------------------------------------------------------------------------
 

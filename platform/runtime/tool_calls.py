@@ -1,0 +1,190 @@
+"""One tool call of a round: validate the params, run the tool (with its timeout), turn the result into blocks.
+
+A result joins the sources pool when it carries sources (their SIDs are shown next to it); a result over the
+preview size is shown as a bounded preview and kept whole for ``react.read``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from berth.runtime.blocks import Block, BlockType
+from berth.runtime.events import EventSink, TurnEvent
+from berth.runtime.paths import ToolCallPath
+from berth.runtime.protocol import Action, Decision, ProtocolNotice
+from berth.runtime.sources import Source
+from berth.runtime.toolbox import ToolBox, ToolNotice
+from berth.runtime.turn import TurnState
+from berth.tools.results import ToolOutput
+
+log = logging.getLogger(__name__)
+
+
+async def execute_tool_call(
+    action: Action,
+    decision: Decision,
+    call_id: str,
+    state: TurnState,
+    toolbox: ToolBox,
+    emit: EventSink,
+    notices: list[ProtocolNotice],
+    *,
+    clock: Callable[[], datetime],
+    preview_chars: int,
+) -> list[Block]:
+    """Validate and run one tool call; return its blocks (call, code, result or notice, plan snapshots).
+
+    Failures the model can act on become a ``react.notice`` with a stable code; the full text of a
+    result over ``preview_chars`` stays readable at its ``tc:`` path (``state.full_results``).
+    """
+    assert action.tool_call is not None
+    tool_id, params = action.tool_call.tool_id, action.tool_call.params
+    now = clock()
+    turn_id = state.turn_id
+    call_block = Block(
+        type=BlockType.REACT_TOOL_CALL,
+        path=str(ToolCallPath(turn_id, call_id, "call")),
+        turn_id=turn_id,
+        ts=now,
+        author="assistant",
+        mime="application/json",
+        data={"tool_id": tool_id, "params": params},
+        call_id=call_id,
+    )
+    blocks = [call_block]
+    if decision.code is not None:
+        blocks.append(
+            Block(
+                type=BlockType.REACT_TOOL_CODE,
+                path=str(ToolCallPath(turn_id, call_id, "code")),
+                turn_id=turn_id,
+                ts=now,
+                author="assistant",
+                mime="text/x-python",
+                text=decision.code,
+                call_id=call_id,
+            )
+        )
+    await emit(TurnEvent("tool.call", {"call_id": call_id, "tool_id": tool_id, "params": params}))
+    tool = toolbox.get(tool_id)
+
+    def notice_block(code: str, message: str) -> Block:
+        return Block(
+            type=BlockType.REACT_NOTICE,
+            path=str(ToolCallPath(turn_id, call_id, "notice")),
+            turn_id=turn_id,
+            ts=clock(),
+            author="runtime",
+            mime="application/json",
+            data={"code": code, "message": message, "tool_id": tool_id},
+            call_id=call_id,
+        )
+
+    async def failed(code: str, message: str) -> list[Block]:
+        await emit(TurnEvent("notice", {"code": code, "message": message, "call_id": call_id}))
+        await emit(
+            TurnEvent(
+                "tool.result",
+                {"call_id": call_id, "tool_id": tool_id, "ok": False, "summary": f"{code}: {message}", "paths": []},
+            )
+        )
+        return [*blocks, notice_block(code, message)]
+
+    if tool is None:
+        if tool_id in toolbox.inactive:
+            return await failed("tool_inactive", f"{tool_id} is inactive: {toolbox.inactive[tool_id]}")
+        known = ", ".join(sorted(toolbox.tools))
+        return await failed("unknown_tool", f"no tool {tool_id!r}; the catalog has: {known}")
+    try:
+        validated = tool.params_model.model_validate(params)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in exc.errors())
+        return await failed("tool_params_invalid", f"params of {tool_id} do not match its schema: {problems}")
+    state.current_call_id = call_id
+    state.pending_blocks.clear()
+    try:
+        run = tool.run(validated, state)
+        value = await (asyncio.wait_for(run, tool.timeout_s) if tool.timeout_s else run)
+    except ToolNotice as notice:
+        return await failed(notice.code, notice.message)
+    except TimeoutError:
+        return await failed("tool_timeout", f"{tool_id} did not finish within {tool.timeout_s:g} s")
+    except Exception as exc:
+        log.warning("tool %s failed", tool_id, exc_info=True)
+        return await failed("tool_failed", f"{tool_id} raised {type(exc).__name__}: {exc}")
+    output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
+    sids: tuple[int, ...] = ()
+    if output.sources:
+        merge = state.sources.merge(
+            Source(
+                url=s.url,
+                title=s.title,
+                text=s.text,
+                mime=s.mime,
+                source_type=s.source_type,
+                published_at=s.published_at,
+                fetched_at=now,
+            )
+            for s in output.sources
+        )
+        state.sources, sids = merge.pool, merge.sids
+        await emit(
+            TurnEvent(
+                "citation.sources",
+                {
+                    "sids": list(sids),
+                    "sources": [
+                        {"sid": sid, "url": row.url, "title": row.title}
+                        for sid in sids
+                        if (row := state.sources.get(sid))
+                    ],
+                },
+            )
+        )
+    text = output.value if isinstance(output.value, str) else json.dumps(output.value, ensure_ascii=False, default=str)
+    result_path = str(ToolCallPath(turn_id, call_id, "result"))
+    shown = text
+    if len(text) > preview_chars:
+        state.full_results[result_path] = text
+        shown = (
+            f"{text[:preview_chars]}\n… [{len(text)} characters in all; read the rest with "
+            f"react.read(paths=['{result_path}'], lines='1-200')]"
+        )
+    if sids:
+        shown += "\nsources: " + ", ".join(f"[[S:{sid}]]" for sid in sids)
+    ok = not output.is_error
+    blocks.append(
+        Block(
+            type=BlockType.REACT_TOOL_RESULT,
+            path=result_path,
+            turn_id=turn_id,
+            ts=clock(),
+            author="tool",
+            text=shown,
+            call_id=call_id,
+            meta={"tool_id": tool_id, "ok": ok, "size": len(text), "sids": list(sids)},
+        )
+    )
+    blocks.extend(state.pending_blocks)
+    state.pending_blocks.clear()
+    await emit(
+        TurnEvent(
+            "tool.result",
+            {
+                "call_id": call_id,
+                "tool_id": tool_id,
+                "ok": ok,
+                "summary": output.summary or text[:200],
+                "paths": [result_path],
+            },
+        )
+    )
+    if output.is_error:
+        notices.append(ProtocolNotice("tool_failed", f"{tool_id} reported an error; see {result_path}"))
+    return blocks
