@@ -173,6 +173,8 @@ class HostServices:
 
         async def emit(event: TurnEvent) -> None:
             self.metrics.observe_event(event, scope.tenant)
+            if event.type in ("turn.completed", "turn.failed"):
+                self._busy.pop(key, None)  # committed: the conversation takes its next turn from here on
             await running.log.append(event)
 
         async def run() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +14,15 @@ import click
 import httpx
 
 from berth.api.app import build_services, create_app
+from berth.api.services import HostServices, new_id
+from berth.api.sse import TurnEventLog
 from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.config import ConfigError, Configuration
 from berth.config.environment import host_environment
 from berth.config.models.gateway import is_loopback_host
 from berth.logs import configure_logging
+from berth.storage.meta import ConversationMeta
+from berth.storage.scope import ConversationScope
 
 DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "api" / "demo_script.yaml"
 
@@ -85,70 +91,127 @@ def run(
     uvicorn.run(create_app(services=services), host=bind_host, port=bind_port, log_level="warning", log_config=None)
 
 
-async def _stream_turn(client: httpx.AsyncClient, base: str, events_url: str) -> None:
-    async with client.stream("GET", base + events_url, timeout=None) as response:
-        event = ""
-        async for line in response.aiter_lines():
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                data = json.loads(line[6:])
-                if event == "channel.delta" and data.get("marker") == "answer":
-                    click.echo(data["text"], nl=False)
-                elif event == "tool.call":
-                    click.secho(f"  · {data['tool_id']}", fg="cyan", err=True)
-                elif event == "turn.completed":
-                    click.echo()
-                    for followup in data.get("followups") or []:
-                        click.secho(f"  → {followup}", fg="green")
-                    return
-                elif event == "turn.failed":
-                    click.secho(f"\nturn failed [{data.get('code')}]: {data.get('message')}", fg="red", err=True)
-                    return
+async def _print_events(lines: AsyncIterator[str]) -> None:
+    """Print a turn's SSE lines: the answer as it streams, tool calls, follow-ups, failures."""
+    event = ""
+    async for line in lines:
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            if event == "channel.delta" and data.get("marker") == "answer":
+                click.echo(data["text"], nl=False)
+            elif event == "tool.call":
+                click.secho(f"  · {data['tool_id']}", fg="cyan", err=True)
+            elif event == "turn.completed":
+                click.echo()
+                for followup in data.get("followups") or []:
+                    click.secho(f"  → {followup}", fg="green")
+                return
+            elif event == "turn.failed":
+                click.secho(f"\nturn failed [{data.get('code')}]: {data.get('message')}", fg="red", err=True)
+                return
+
+
+async def _messages(given: tuple[str, ...]) -> AsyncIterator[str]:
+    """The ``-m`` messages, or lines typed at the prompt until end of input."""
+    for text in given:
+        click.secho(f"> {text}", fg="yellow")
+        yield text
+    if given:
+        return
+    while True:
+        try:
+            text = await asyncio.to_thread(input, "> ")
+        except EOFError:
+            return
+        if text.strip():
+            yield text
+
+
+async def _chat_over_http(
+    url: str, tenant: str, project: str, bundle: str | None, api_key: str | None, message: tuple[str, ...]
+) -> None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+        prefix = f"/v1/{tenant}/{project}"
+        created = await client.post(f"{prefix}/conversations", json={"bundle": bundle} if bundle else {})
+        if created.status_code != 201:
+            raise click.ClickException(f"cannot start a conversation: {created.text}")
+        conversation = created.json()["id"]
+        async for text in _messages(message):
+            started = await client.post(f"{prefix}/conversations/{conversation}/turns", json={"message": text})
+            if started.status_code != 202:
+                click.secho(f"refused: {started.text}", fg="red", err=True)
+                continue
+            async with client.stream("GET", started.json()["events_url"], timeout=None) as response:
+                await _print_events(response.aiter_lines())
+
+
+async def _chat_in_process(
+    services: HostServices, tenant: str, project: str, bundle: str | None, message: tuple[str, ...]
+) -> None:
+    await services.start()
+    try:
+        visible = services.config.descriptors.scope_bundles(tenant, project)
+        chosen = bundle or visible.default_bundle or (visible.bundles[0] if visible.bundles else None)
+        if chosen is None or chosen not in visible.bundles:
+            raise click.ClickException(f"bundle {chosen!r} is not available in {tenant}/{project}")
+        now = datetime.now(UTC)
+        scope = ConversationScope(tenant=tenant, project=project, user_id="local", conversation_id=new_id("c"))
+        assert services.meta is not None
+        await services.meta.create_conversation(ConversationMeta(scope, None, chosen, now, now))
+        async for text in _messages(message):
+            running = await services.start_turn(scope, chosen, text)
+
+            async def lines(log: TurnEventLog = running.log) -> AsyncIterator[str]:
+                async for frame in log.frames():
+                    for line in frame.decode().splitlines():
+                        yield line
+
+            await _print_events(lines())
+    finally:
+        await services.stop()
 
 
 @click.command("chat")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="a running Berth host")
+@click.option("--in-process", is_flag=True, help="run the host in this process instead of calling --url")
+@DESCRIPTORS_OPTION
+@click.option("--demo", is_flag=True, help="with --in-process: answer with the scripted demo model")
 @click.option("--tenant", default="default", show_default=True)
 @click.option("--project", default="default", show_default=True)
 @click.option("--bundle", help="bundle id (default: the project's default bundle)")
-@click.option("--api-key", envvar="BERTH_API_KEY", help="API key (or $BERTH_API_KEY)")
+@click.option("--api-key", help="API key (default: $BERTH_API_KEY)")
 @click.option("--message", "-m", multiple=True, help="send these messages and exit (non-interactive)")
 def chat(
-    url: str, tenant: str, project: str, bundle: str | None, api_key: str | None, message: tuple[str, ...]
+    url: str,
+    in_process: bool,
+    descriptors: Path | None,
+    demo: bool,
+    tenant: str,
+    project: str,
+    bundle: str | None,
+    api_key: str | None,
+    message: tuple[str, ...],
 ) -> None:
-    """Chat in the terminal with a bundle of a running host, streaming the answer."""
-
-    async def session() -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
-            prefix = f"/v1/{tenant}/{project}"
-            created = await client.post(f"{prefix}/conversations", json={"bundle": bundle} if bundle else {})
-            if created.status_code != 201:
-                raise click.ClickException(f"cannot start a conversation: {created.text}")
-            conversation = created.json()["id"]
-            inputs = iter(message) if message else None
-            while True:
-                if inputs is not None:
-                    text = next(inputs, None)
-                    if text is None:
-                        return
-                    click.secho(f"> {text}", fg="yellow")
-                else:
-                    try:
-                        text = await asyncio.to_thread(input, "> ")
-                    except EOFError:
-                        return
-                if not text.strip():
-                    continue
-                started = await client.post(f"{prefix}/conversations/{conversation}/turns", json={"message": text})
-                if started.status_code != 202:
-                    click.secho(f"refused: {started.text}", fg="red", err=True)
-                    continue
-                await _stream_turn(client, url, started.json()["events_url"])
-
+    """Chat in the terminal with a bundle, streaming the answer: against a running host, or in-process."""
+    if in_process:
+        services = build_services(descriptors)
+        config = services.initial_config
+        assert config is not None
+        if demo:
+            services = build_services(descriptors, platform_overrides=demo_overrides(config))
+        else:
+            check_model_credentials(config)
+        try:
+            asyncio.run(_chat_in_process(services, tenant, project, bundle, message))
+        except KeyboardInterrupt:
+            sys.exit(0)
+        return
+    key = api_key or host_environment().api_key
     try:
-        asyncio.run(session())
+        asyncio.run(_chat_over_http(url, tenant, project, bundle, key, message))
     except httpx.ConnectError:
         raise click.ClickException(f"no Berth host answers at {url}; start one with `berth run`") from None
     except KeyboardInterrupt:

@@ -32,6 +32,9 @@ class HostEnvironment(BaseSettings):
     log_level: str = "INFO"
     """``BERTH_LOG_LEVEL``."""
 
+    api_key: str | None = None
+    """``BERTH_API_KEY``: the key ``berth chat`` sends to a running host."""
+
 
 def host_environment() -> HostEnvironment:
     """Read the host environment now (not cached: tests and reloads may change it)."""

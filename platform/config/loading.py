@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from importlib_metadata import entry_points
 
 from berth.config.checks import cross_file_problems
 from berth.config.descriptors import (
@@ -18,6 +21,7 @@ from berth.config.descriptors import (
     DescriptorSet,
 )
 from berth.config.errors import DescriptorError, DescriptorProblem
+from berth.config.models.common import BUNDLE_ID_PATTERN
 from berth.config.validation import describe_value, validate_document
 from berth.config.yamlsource import LineMap, YamlDocument, read_yaml_file
 
@@ -50,7 +54,8 @@ def load_descriptor_set(
                 problems.extend(exc.problems)
                 continue
         else:
-            document = YamlDocument(display, {}, LineMap({(): 1}))
+            defaults = installed_bundles_document() if root is None and name == BUNDLES else {}
+            document = YamlDocument(display, defaults, LineMap({(): 1}))
         documents[name] = document
         if not isinstance(document.data, dict):
             problems.append(
@@ -84,6 +89,16 @@ def load_descriptor_set(
     if cross:
         raise DescriptorError(cross)
     return descriptors
+
+
+def installed_bundles_document() -> dict[str, Any]:
+    """The embedded defaults' ``bundles.yaml``: every installed ``berth.bundles`` entry point, visible everywhere.
+
+    With no descriptors at all (``berth run`` in an empty folder) the bundles pip installed are served;
+    an entry-point name that is no valid bundle id is left out.
+    """
+    names = sorted(point.name for point in entry_points(group="berth.bundles"))
+    return {"bundles": {n: {"source": {"entry_point": n}} for n in names if re.fullmatch(BUNDLE_ID_PATTERN, n)}}
 
 
 def _misnamed_files(root: Path, prefix: str) -> list[DescriptorProblem]:

@@ -174,3 +174,12 @@ async def test_attachments_are_sniffed_and_shown_to_the_model(tmp_path: Path) ->
         refused = await stack.client.post(url, data={"message": "run this"}, files=exe, headers=stack.auth())
         assert refused.status_code == 415
         assert refused.json()["error"]["code"] == "attachment_type"
+
+
+async def test_the_next_turn_may_start_as_soon_as_the_last_one_completed(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER], repeat=True) as stack:
+        conversation = await stack.conversation()
+        for n in range(5):
+            started = await stack.start_turn(conversation, f"message {n}")
+            events = await stack.events(started["events_url"])
+            assert events[-1][1] == "turn.completed"

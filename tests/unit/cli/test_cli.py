@@ -134,3 +134,19 @@ def test_run_refuses_open_auth_off_loopback(tmp_path: Path) -> None:
     result = berth_cli("run", "--demo", "--host", "0.0.0.0", "--var", str(tmp_path / "var"), cwd=tmp_path)
     assert result.returncode == 2
     assert "auth mode 'none' may only listen on loopback" in result.stderr
+
+
+def test_embedded_defaults_serve_every_installed_bundle(tmp_path: Path) -> None:
+    result = berth_cli("descriptors", "show", "--format", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    bundles = json.loads(result.stdout)["bundles"]["bundles"]
+    assert {"hello", "docs", "ops-copilot"} <= set(bundles)
+    assert bundles["hello"]["source"]["entry_point"] == "hello"
+
+
+def test_chat_in_process_streams_answers_of_consecutive_turns(tmp_path: Path) -> None:
+    result = berth_cli("chat", "--in-process", "--demo", "--bundle", "hello", "-m", "hi", "-m", "again", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("**Hello, friend!**") == 2
+    assert "[Greeting (Wikipedia)](https://en.wikipedia.org/wiki/Greeting)" in result.stdout
+    assert "→ Greet me in French" in result.stdout
