@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -44,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from berth.fakes.serving import LocalServer, RecordedRequest
+from berth.fakes.serving import RecordedRequest, ScriptedServer
 
 __all__ = [
     "CACHE_LOOKBACK_BLOCKS",
@@ -194,7 +192,7 @@ class _PromptCache:
         }
 
 
-class FakeAnthropicServer(LocalServer):
+class FakeAnthropicServer(ScriptedServer[ScriptedAnswer]):
     """A scripted Messages API on ``127.0.0.1``; ``base_url`` is what to give the SDK.
 
     :param api_key: the key clients must send (None accepts any non-empty key).
@@ -216,10 +214,6 @@ class FakeAnthropicServer(LocalServer):
         self._api_key = api_key
         self._context_window = context_window
         self._cache = _PromptCache(cache_ttl_s, min_cacheable_tokens, clock)
-        self._script: deque[ScriptedAnswer] = deque()
-        self._requests: list[RecordedRequest] = []
-        self._lock = threading.Lock()
-        self._count = 0
         app = Starlette(
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
@@ -232,12 +226,6 @@ class FakeAnthropicServer(LocalServer):
     def base_url(self) -> str:
         """The URL to configure as the model's ``base_url``."""
         return self.origin
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, in order."""
-        with self._lock:
-            return list(self._requests)
 
     @property
     def message_requests(self) -> list[RecordedRequest]:
@@ -259,28 +247,6 @@ class FakeAnthropicServer(LocalServer):
     def push_stream_cut(self, *, after_text: str = "") -> None:
         """Script a stream that sends ``after_text`` and ends before ``message_stop``."""
         self._push(StreamCut(after_text))
-
-    @property
-    def pending(self) -> int:
-        """How many scripted answers are still queued."""
-        with self._lock:
-            return len(self._script)
-
-    def _push(self, answer: ScriptedAnswer) -> None:
-        with self._lock:
-            self._script.append(answer)
-
-    def _record(self, request: Request, body: Any, status: int, usage: dict[str, int] | None = None) -> None:
-        record = RecordedRequest(
-            method=request.method,
-            path=request.url.path,
-            headers={k.lower(): v for k, v in request.headers.items()},
-            body=body,
-            status=status,
-            usage=usage,
-        )
-        with self._lock:
-            self._requests.append(record)
 
     def _request_id(self) -> str:
         with self._lock:
@@ -362,8 +328,7 @@ class FakeAnthropicServer(LocalServer):
         invalid = self._validate(request, body)
         if invalid is not None:
             return self._error(request, body, invalid)
-        with self._lock:
-            answer = self._script.popleft() if self._script else None
+        answer = self._next_answer()
         if answer is None:
             received = len(self.message_requests) + 1
             return self._error(

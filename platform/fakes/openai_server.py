@@ -11,9 +11,7 @@ four characters each.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -23,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from berth.fakes.serving import LocalServer, RecordedRequest
+from berth.fakes.serving import ScriptedServer
 
 __all__ = ["ChatError", "ChatStreamError", "ChatText", "FakeOpenAIServer"]
 
@@ -78,7 +76,7 @@ def _prompt_text(body: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-class FakeOpenAIServer(LocalServer):
+class FakeOpenAIServer(ScriptedServer[_Answer]):
     """A scripted chat-completions API on ``127.0.0.1``; ``base_url`` (ending in ``/v1``) is what to configure.
 
     :param api_key: the bearer token required (None: no ``Authorization`` needed).
@@ -88,22 +86,12 @@ class FakeOpenAIServer(LocalServer):
     def __init__(self, *, api_key: str | None = None, context_window: int = 32_768) -> None:
         self._api_key = api_key
         self._context_window = context_window
-        self._script: deque[_Answer] = deque()
-        self._requests: list[RecordedRequest] = []
-        self._lock = threading.Lock()
-        self._count = 0
         super().__init__(Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])]))
 
     @property
     def base_url(self) -> str:
         """The URL to configure as the model's ``base_url``."""
         return f"{self.origin}/v1"
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, in order."""
-        with self._lock:
-            return list(self._requests)
 
     def push_text(self, text: str, *, finish_reason: str = "stop", chunk_size: int = 5, cached_tokens: int = 0) -> None:
         """Script a successful streamed answer (``cached_tokens`` is reported as prompt-cache hits)."""
@@ -124,23 +112,6 @@ class FakeOpenAIServer(LocalServer):
     def push_stream_error(self, message: str, *, error_type: str = "server_error", after_text: str = "") -> None:
         """Script a stream that breaks off with an error chunk."""
         self._push(ChatStreamError(message, error_type, after_text))
-
-    def _push(self, answer: _Answer) -> None:
-        with self._lock:
-            self._script.append(answer)
-
-    def _record(self, request: Request, body: Any, status: int, usage: dict[str, int] | None = None) -> None:
-        record = RecordedRequest(
-            method=request.method,
-            path=request.url.path,
-            headers={k.lower(): v for k, v in request.headers.items()},
-            body=body,
-            status=status,
-            usage=usage,
-        )
-        with self._lock:
-            self._requests.append(record)
-            self._count += 1
 
     def _error(self, request: Request, body: Any, error: ChatError) -> Response:
         self._record(request, body, error.status)
@@ -173,8 +144,7 @@ class FakeOpenAIServer(LocalServer):
                     code=400,
                 ),
             )
-        with self._lock:
-            answer = self._script.popleft() if self._script else None
+        answer = self._next_answer()
         if answer is None:
             return self._error(
                 request, body, ChatError(400, "the fake chat-completions server has no scripted answer; push one first")

@@ -11,14 +11,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 import uvicorn
+from starlette.requests import Request
 from starlette.types import ASGIApp
 
-__all__ = ["LocalServer", "RecordedRequest"]
+Answer = TypeVar("Answer")
+
+__all__ = ["LocalServer", "RecordedRequest", "ScriptedServer"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +108,46 @@ class LocalServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await asyncio.to_thread(self.stop)
+
+
+class ScriptedServer(LocalServer, Generic[Answer]):
+    """A :class:`LocalServer` that answers from a queue of scripted answers and records every request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        super().__init__(app)
+        self._script: deque[Answer] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._count = 0
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted answers are still queued."""
+        with self._lock:
+            return len(self._script)
+
+    def _push(self, answer: Answer) -> None:
+        with self._lock:
+            self._script.append(answer)
+
+    def _next_answer(self) -> Answer | None:
+        with self._lock:
+            return self._script.popleft() if self._script else None
+
+    def _record(self, request: Request, body: Any, status: int, usage: dict[str, int] | None = None) -> None:
+        record = RecordedRequest(
+            method=request.method,
+            path=request.url.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+            status=status,
+            usage=usage,
+        )
+        with self._lock:
+            self._requests.append(record)
