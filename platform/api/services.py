@@ -164,8 +164,8 @@ class HostServices:
         turn_id = turn_id or new_id("turn")
         if turn_id in self.turns:
             raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used")
-        generation = self.registry.current(bundle_id)
-        context = self.registry.context_for(generation, scope.tenant, scope.project)
+        # fail now (404/503) when the bundle cannot serve this scope; the turn pins its generation when it runs
+        self.registry.context_for(self.registry.current(bundle_id), scope.tenant, scope.project)
         runner = self.runner_for(scope.tenant, scope.project)
         running = RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=TurnEventLog(turn_id))
         self.turns[turn_id] = running
@@ -197,6 +197,7 @@ class HostServices:
                         attachments=attachments,
                         user_timezone=user_timezone,
                     )
+                    context = self.registry.context_for(pinned, scope.tenant, scope.project)
                     running.result = await runner.run(pinned, context, request, emit)
                     self.metrics.observe_result(running.result, scope.tenant)
                 assert self.meta is not None
@@ -213,7 +214,6 @@ class HostServices:
                 await running.log.close()
                 self._forget_old_turns()
 
-        del generation
         running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
         return running
 

@@ -93,17 +93,23 @@ def widget_file(bundle_id: str, alias: str, path: str, host: Services) -> Respon
     return Response(target.read_bytes(), media_type=mime, headers={"X-Content-Type-Options": "nosniff"})
 
 
-_OPS_APPS: dict[int, FastAPI] = {}
+_OPS_APPS: dict[tuple[str, int, str, str], FastAPI | None] = {}
+_OPS_APPS_KEPT = 256
 
 
 def _ops_app(generation: BundleGeneration, host: HostServices, tenant: str, project: str) -> FastAPI | None:
-    context = host.registry.context_for(generation, tenant, project)
-    routes = generation.hooks.routes(context)
-    if routes is None:
-        return None
-    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    app.include_router(routes)
-    return app
+    """The bundle's ops routes as an app, built once per generation and scope (None: it has none)."""
+    key = (generation.bundle_id, generation.number, tenant, project)
+    if key not in _OPS_APPS:
+        routes = generation.hooks.routes(host.registry.context_for(generation, tenant, project))
+        app = None
+        if routes is not None:
+            app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+            app.include_router(routes)
+        if len(_OPS_APPS) >= _OPS_APPS_KEPT:
+            _OPS_APPS.pop(next(iter(_OPS_APPS)))
+        _OPS_APPS[key] = app
+    return _OPS_APPS[key]
 
 
 @router.api_route(

@@ -183,3 +183,50 @@ async def test_the_next_turn_may_start_as_soon_as_the_last_one_completed(tmp_pat
             started = await stack.start_turn(conversation, f"message {n}")
             events = await stack.events(started["events_url"])
             assert events[-1][1] == "turn.completed"
+
+
+OPS_BUNDLE = '''
+from fastapi import APIRouter
+from pydantic import BaseModel
+from berth import AgentSpec, BundleInfo, hookimpl
+
+class Props(BaseModel):
+    greeting: str = "hi"
+
+@hookimpl
+def berth_bundle():
+    return BundleInfo(id="opsy", version="1", props_model=Props)
+
+@hookimpl
+def berth_agent(ctx):
+    return AgentSpec(instructions="ops")
+
+@hookimpl
+def berth_routes(ctx):
+    router = APIRouter()
+
+    @router.get("/status")
+    async def status() -> dict:
+        return {"tenant": ctx.tenant, "project": ctx.project, "greeting": ctx.props.greeting}
+
+    @router.post("/echo")
+    async def echo(body: dict) -> dict:
+        return {"echo": body}
+
+    return router
+'''
+
+
+async def test_bundle_ops_routes_are_mounted_scoped_and_authenticated(tmp_path: Path) -> None:
+    folder = tmp_path / "opsy"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(textwrap.dedent(OPS_BUNDLE))
+    async with api_stack(tmp_path, [ANSWER], bundles={"opsy": {"source": {"path": str(folder)}}}) as stack:
+        base = "/v1/acme/support/bundles/opsy/ops"
+        status = await stack.client.get(f"{base}/status", headers=stack.auth())
+        assert status.status_code == 200, status.text
+        assert status.json() == {"tenant": "acme", "project": "support", "greeting": "hi"}
+        echoed = await stack.client.post(f"{base}/echo", json={"a": 1}, headers=stack.auth())
+        assert echoed.json() == {"echo": {"a": 1}}
+        assert (await stack.client.get(f"{base}/status")).status_code == 401
+        assert (await stack.client.get(f"{base}/missing", headers=stack.auth())).status_code == 404
