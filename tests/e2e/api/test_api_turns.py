@@ -185,7 +185,7 @@ async def test_the_next_turn_may_start_as_soon_as_the_last_one_completed(tmp_pat
             assert events[-1][1] == "turn.completed"
 
 
-OPS_BUNDLE = '''
+OPS_BUNDLE = """
 from fastapi import APIRouter
 from pydantic import BaseModel
 from berth import AgentSpec, BundleInfo, hookimpl
@@ -214,7 +214,7 @@ def berth_routes(ctx):
         return {"echo": body}
 
     return router
-'''
+"""
 
 
 async def test_bundle_ops_routes_are_mounted_scoped_and_authenticated(tmp_path: Path) -> None:
