@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from berth.bundle.knowledge import KnowledgeDocument
 from berth.runtime.toolbox import RuntimeTool, ToolNotice
 from berth.runtime.turn import TurnState
-from berth.tools.results import SourceCandidate, ToolOutput
+from berth.tools.results import ToolOutput
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -88,4 +88,4 @@ def search_knowledge_tool() -> RuntimeTool:
     )
 
 
-__all__ = ["SourceCandidate", "bm25_rank", "search_knowledge_tool"]
+__all__ = ["KnowledgeParams", "bm25_rank", "search_knowledge_tool"]

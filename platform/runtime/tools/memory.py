@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from berth.runtime.memory import MemsearchRequest
 from berth.runtime.plan import PlanCommand, PlanError, apply_plan_command
@@ -106,4 +106,4 @@ def plan_tool() -> RuntimeTool:
     )
 
 
-__all__ = ["ValidationError", "hide_tool", "memsearch_tool", "plan_tool"]
+__all__ = ["HideParams", "hide_tool", "memsearch_tool", "plan_tool"]

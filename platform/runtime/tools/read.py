@@ -20,7 +20,6 @@ from berth.runtime.paths import (
     parse_path,
 )
 from berth.runtime.render import render_block
-from berth.runtime.sources import Source
 from berth.runtime.toolbox import RuntimeTool, ToolNotice
 from berth.runtime.turn import TurnState
 from berth.runtime.workspace import WorkspaceError
@@ -149,4 +148,4 @@ def read_tool() -> RuntimeTool:
     )
 
 
-__all__ = ["ReadParams", "Source", "read_tool"]
+__all__ = ["ReadParams", "read_tool"]
