@@ -111,12 +111,13 @@ class HostServices:
 
     async def stop(self) -> None:
         """Cancel running turns, close storage and providers, unload bundles."""
-        for turn in list(self.turns.values()):
-            if turn.task is not None and not turn.task.done():
-                turn.task.cancel()
-        tasks = [t.task for t in self.turns.values() if t.task is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=10)
+        tasks = [t.task for t in self.turns.values() if t.task is not None and not t.task.done()]
+        if tasks:  # turns that already answered only finish their bookkeeping: let them, then cancel the rest
+            _, still_running = await asyncio.wait(tasks, timeout=2)
+            for task in still_running:
+                task.cancel()
+            if still_running:
+                await asyncio.wait(still_running, timeout=10)
         if self.models is not None:
             await self.models.aclose()
         for closable in (self.meta, self.memory_index, self.store):

@@ -170,6 +170,8 @@ async def _chat_in_process(
                         yield line
 
             await _print_events(lines())
+            if running.task is not None:
+                await running.task  # its bookkeeping (memory index, title) ends before the next turn or exit
     finally:
         await services.stop()
 

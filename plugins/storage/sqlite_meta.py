@@ -59,10 +59,15 @@ class SqliteMetaStore:
         await asyncio.to_thread(open_database)
 
     async def aclose(self) -> None:
-        """Close the database."""
-        if self._connection is not None:
-            await asyncio.to_thread(self._connection.close)
-            self._connection = None
+        """Close the database (after any statement still running in a worker thread)."""
+
+        def close() -> None:
+            with self._lock:  # a cancelled caller's statement may still be running in its thread
+                if self._connection is not None:
+                    self._connection.close()
+                    self._connection = None
+
+        await asyncio.to_thread(close)
 
     async def _run(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         def execute() -> list[tuple[Any, ...]]:
