@@ -24,8 +24,7 @@ from berth.bundle.context import BundleContext
 from berth.config import Configuration
 from berth.host.generation import BundleGeneration
 from berth.host.registry import BundleRegistry, ReloadOutcome
-from berth.tools.catalog import build_catalog
-from berth.tools.contributions import merge_tool_contributions
+from berth.tools.scoped import tools_in_scope
 
 BundleSpec = Sequence[str] | Mapping[str, Mapping[str, Any]]
 
@@ -65,11 +64,11 @@ class BundleHost:
     ) -> Any:
         """Call one of the bundle's function tools as the runtime would (params validated)."""
         generation = self.generation(bundle_id)
-        contributions = generation.hooks.tools(self.context(bundle_id, tenant, project))
-        entry = build_catalog(bundle_id, merge_tool_contributions(contributions)).get(tool_id)
-        if entry is None or entry.spec is None:
+        context = self.context(bundle_id, tenant, project)
+        spec = tools_in_scope(bundle_id, generation.hooks.tools(context), context, {}).specs.get(tool_id)
+        if spec is None:
             raise KeyError(f"bundle '{bundle_id}' has no function tool '{tool_id}'")
-        return self.run(entry.spec.invoke(params or {}))
+        return self.run(spec.invoke(params or {}))
 
     def reload(self, bundle_id: str) -> ReloadOutcome:
         """Reload ``bundle_id`` now (import and validate a new generation)."""

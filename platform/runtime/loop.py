@@ -43,7 +43,7 @@ from berth.runtime.protocol import (
 from berth.runtime.pruning import plan_pruning
 from berth.runtime.render import PromptMessage, PromptPart, RenderedPrompt, TimelineRenderer
 from berth.runtime.resident import DEFAULT_RESIDENT_CONVERSATIONS, ResidentConversation, ResidentConversations
-from berth.runtime.sources import SourcesPool
+from berth.runtime.sources import SourcesPool, citation_lookup
 from berth.runtime.timeline import Timeline
 from berth.runtime.tool_calls import execute_tool_call
 from berth.runtime.toolbox import RuntimeTool, ToolBox, function_tool, system_message
@@ -52,7 +52,7 @@ from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace
 from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnUsage
 from berth.storage.scope import ConversationScope
-from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, CitationSource, StreamEvent, render_citations
+from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, StreamEvent, render_citations
 from berth.tools.packs import ToolPackFactory
 from berth.tools.scoped import tools_in_scope
 
@@ -241,7 +241,7 @@ class TurnRunner:
                         "turn.completed",
                         {
                             "turn_id": turn.turn_id,
-                            "answer": render_citations(answer, _citation_lookup(state.sources)) if answer else answer,
+                            "answer": render_citations(answer, citation_lookup(state.sources)) if answer else answer,
                             "followups": list(result.followups),
                             "sources_used": list(used),
                             "usage": usage.model_dump(),
@@ -389,7 +389,7 @@ class TurnRunner:
     async def _call_model(
         self, provider: ModelProvider, model_ref: ModelRef, prompt: RenderedPrompt, state: TurnState, emit: EventSink
     ) -> tuple[Any, ModelCompleted]:
-        lookup = _citation_lookup(state.sources)
+        lookup = citation_lookup(state.sources)
 
         async def forward(event: StreamEvent) -> None:
             if isinstance(event, ChannelDelta) and event.marker:
@@ -714,13 +714,6 @@ def model_label(model_ref: ModelRef) -> str:
     """What clients and logs see of the model: ``provider:model``, never a local file path."""
     name = PurePath(model_ref.model).name if "/" in model_ref.model else model_ref.model
     return f"{model_ref.provider}:{name}"
-
-
-def _citation_lookup(sources: SourcesPool) -> dict[int, CitationSource]:
-    """The citable rows of the pool, as the citation renderer needs them."""
-    return {
-        row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url) for row in sources.citable_rows()
-    }
 
 
 def _read_only(toolbox: ToolBox, action: Action) -> bool:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from berth.runtime.blocks import UtcTimestamp
 from berth.runtime.paths import SourcesPath
+from berth.streaming.citations import CitationSource
 
 __all__ = [
     "TRACKING_PARAMETERS",
@@ -245,3 +246,10 @@ def render_sources_pool(rows: Sequence[SourceRow], *, snippet_chars: int = 160) 
         if row.text and snippet_chars > 0:
             lines.append(f"    {_one_line(row.text, snippet_chars)}")
     return "\n".join(lines)
+
+
+def citation_lookup(pool: SourcesPool) -> dict[int, CitationSource]:
+    """The pool's citable rows as the citation renderer needs them (title falls back to the URL)."""
+    return {
+        row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url) for row in pool.citable_rows()
+    }

@@ -31,10 +31,11 @@ from berth.api.sse import parse_last_event_id
 from berth.runtime.blocks import BlockType
 from berth.runtime.paths import FilePath, LogicalPathError, parse_path
 from berth.runtime.persistence import restore_conversation
+from berth.runtime.sources import citation_lookup
 from berth.storage.conversations import StorageError
 from berth.storage.meta import ConversationMeta, Feedback
 from berth.storage.scope import OwnerScope
-from berth.streaming import CitationSource, cited_sids, render_citations
+from berth.streaming import cited_sids, render_citations
 
 router = APIRouter(prefix="/v1/{tenant}/{project}", tags=["conversations"])
 Services = Annotated[HostServices, Depends(services)]
@@ -116,6 +117,7 @@ async def get_conversation(
     states = {turn.turn_id: turn for turn in snapshot.turns}
     turns: list[TurnOut] = []
     if restored is not None:
+        lookup = citation_lookup(restored.sources)
         for layout in restored.timeline.turn_layouts():
             blocks = restored.timeline.blocks[layout.start : layout.end]
             prompt = next((b.text for b in blocks if b.type == BlockType.USER_PROMPT), None)
@@ -127,10 +129,6 @@ async def get_conversation(
                 if (row := restored.sources.get(sid)) is not None
             ]
             record = states.get(layout.turn_id)
-            lookup = {
-                row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url)
-                for row in restored.sources.citable_rows()
-            }
             turns.append(
                 TurnOut(
                     turn_id=layout.turn_id,
