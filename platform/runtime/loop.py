@@ -166,7 +166,7 @@ class TurnRunner:
         react = self._react_settings(context, agent.react if agent else {})
         model_ref, provider = self._models(agent.model_role if agent else None)
         recorder = TurnRecorder(
-            handle, turn.turn_id, base_version=restored.version, sources=sources, block_json=restored.block_json
+            handle, turn.turn_id, base_version=restored.version, sources=sources, stored=restored.stored
         )
         pruned = plan_pruning(
             timeline,

@@ -11,10 +11,10 @@ between them and drives the write path of a turn (SPEC §4.1):
   (only that round's blocks and the source rows it changed), and commits the turn atomically.
 
 Neither end costs what the whole timeline holds when it need not: a block is serialized once
-(:class:`BlockJsonCache`; blocks are immutable), so a commit joins the JSON it already has; and a
-timeline committed by this process (:class:`CommittedTimeline`) is taken as it is when the store
-still holds that version, instead of being parsed again. Blocks that are parsed are trusted to be
-what Berth stored (:data:`~berth.runtime.blocks.STORED_BLOCKS`).
+(blocks are immutable) and a commit writes only the positions of the timeline whose block changed
+(:class:`StoredTimeline`); a timeline committed by this process (:class:`CommittedTimeline`) is taken
+as it is when the store still holds that version, and the store then does not even read it. Blocks
+that are parsed are trusted to be what Berth stored (:data:`~berth.runtime.blocks.STORED_BLOCKS`).
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
 
 from berth.runtime.blocks import STORED_BLOCKS, Block, BlockType
 from berth.runtime.sources import SourceRow, SourcesPool
-from berth.runtime.timeline import Timeline, TimelinePayload
+from berth.runtime.timeline import Timeline
 from berth.storage.conversations import (
     ArtifactWrite,
     BlockRecord,
     ConversationHandle,
     SourceRecord,
+    TimelineChange,
     TurnCommit,
     TurnLog,
     TurnState,
@@ -39,9 +39,9 @@ from berth.storage.conversations import (
 )
 
 __all__ = [
-    "BlockJsonCache",
     "CommittedTimeline",
     "RestoredConversation",
+    "StoredTimeline",
     "TurnRecorder",
     "block_from_record",
     "block_record",
@@ -61,49 +61,56 @@ def block_from_record(record: BlockRecord) -> Block:
     return Block.model_validate_json(record.json, context=STORED_BLOCKS)
 
 
-_TIMELINE_HEAD: Final = '{"version":1,"blocks":['
-_TIMELINE_TAIL: Final = "]}"
+class StoredTimeline:
+    """What the store holds of one timeline: the block at each position, and each block's stored JSON.
 
-
-class BlockJsonCache:
-    """The stored JSON of blocks, by block identity: a block is immutable, so it is serialized once.
-
-    An entry holds its block, so no other object can take that identity while the entry exists.
+    A block is immutable, so it is serialized once while its turn runs (the turn log and the commit share
+    the JSON); and a commit writes only the positions whose block is not the one stored there
+    (:meth:`change`), so its cost is what the turn changed, not what the conversation holds. Identity is
+    safe to compare: every entry holds its block, so no other object can take that identity meanwhile.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[Block, str]] = {}
+        self._json: dict[int, tuple[Block, str]] = {}
+        self._stored: list[Block] = []
 
     def json_of(self, block: Block) -> str:
         """Return ``block.model_dump_json()``, computed at most once per block."""
-        entry = self._entries.get(id(block))
+        entry = self._json.get(id(block))
         if entry is None or entry[0] is not block:
-            entry = self._entries[id(block)] = (block, block.model_dump_json())
+            entry = self._json[id(block)] = (block, block.model_dump_json())
         return entry[1]
 
     def remember(self, block: Block, json: str) -> None:
         """Record that ``json`` is the stored JSON of ``block`` (it was just parsed from it)."""
-        self._entries[id(block)] = (block, json)
+        self._json[id(block)] = (block, json)
 
     def record(self, block: Block) -> BlockRecord:
         """Return the stored form of ``block`` (see :func:`block_record`)."""
         return BlockRecord(turn_id=block.turn_id, path=block.path, type=str(block.type), json=self.json_of(block))
 
-    def timeline_json(self, blocks: Sequence[Block]) -> str:
-        """Return the timeline artifact of ``blocks`` and forget every other block.
+    def change(self, blocks: Sequence[Block]) -> TimelineChange:
+        """Return what storing ``blocks`` as the timeline changes: the positions whose block is not stored there."""
+        stored = self._stored
+        writes = tuple(
+            (position, self.record(block))
+            for position, block in enumerate(blocks)
+            if position >= len(stored) or stored[position] is not block
+        )
+        return TimelineChange(length=len(blocks), writes=writes)
 
-        The text is what ``TimelinePayload(blocks=blocks).model_dump_json()`` gives, built from the
-        JSON of each block.
+    def stored(self, blocks: Sequence[Block]) -> None:
+        """Record that ``blocks`` are now the stored timeline, and forget the JSON held so far.
+
+        A stored block is written again only if compaction moves it, so its JSON is not worth keeping.
         """
-        pieces = [self.json_of(block) for block in blocks]
-        entries = self._entries
-        self._entries = {id(block): entries[id(block)] for block in blocks}
-        return _TIMELINE_HEAD + ",".join(pieces) + _TIMELINE_TAIL
+        self._stored = list(blocks)
+        self._json = {}
 
 
 @dataclass(frozen=True, slots=True)
 class CommittedTimeline:
-    """A timeline as this process committed it, at a store version, with the JSON of its blocks.
+    """A timeline as this process committed it, at a store version, with what the store holds of it.
 
     Whoever restores from it takes the :class:`Timeline` over (with the layouts it has cached): hand
     it to one :func:`restore_conversation` only, and only once nothing else changes it.
@@ -111,7 +118,7 @@ class CommittedTimeline:
 
     version: int
     timeline: Timeline
-    block_json: BlockJsonCache
+    stored: StoredTimeline
 
 
 def changed_source_records(before: SourcesPool, after: SourcesPool) -> tuple[SourceRecord, ...]:
@@ -145,7 +152,7 @@ class RestoredConversation:
 
     :ivar version: the store version a commit must name as its base.
     :ivar interrupted_turn_ids: the turns found interrupted by this load (now recorded as such).
-    :ivar block_json: the JSON of the timeline's blocks known so far (hand it to the :class:`TurnRecorder`).
+    :ivar stored: what the store holds of the timeline (hand it to the :class:`TurnRecorder`).
     :ivar reused: whether the timeline is the ``committed`` one given to :func:`restore_conversation`
         rather than one parsed from the store.
     """
@@ -154,8 +161,20 @@ class RestoredConversation:
     sources: SourcesPool
     version: int
     interrupted_turn_ids: tuple[str, ...]
-    block_json: BlockJsonCache = field(default_factory=BlockJsonCache)
+    stored: StoredTimeline = field(default_factory=StoredTimeline)
     reused: bool = False
+
+
+def _parsed_timeline(records: Sequence[BlockRecord]) -> tuple[Timeline, StoredTimeline]:
+    """Return the timeline the stored ``records`` hold, and a :class:`StoredTimeline` that knows them."""
+    stored = StoredTimeline()
+    blocks = []
+    for record in records:
+        block = block_from_record(record)
+        stored.remember(block, record.json)
+        blocks.append(block)
+    stored.stored(blocks)
+    return Timeline(blocks), stored
 
 
 async def restore_conversation(
@@ -165,19 +184,14 @@ async def restore_conversation(
 
     :param now: the timestamp of the ``turn.status`` blocks of interrupted turns.
     :param committed: the timeline this process last committed for the conversation, if it knows one;
-        it is taken over instead of parsing the stored artifact when the store still holds its version.
+        it is taken over, and the store does not read its copy, when the store still holds its version.
     """
-    snapshot = await handle.load()
-    reused = committed is not None and committed.version == snapshot.version
+    snapshot = await handle.load(known_version=committed.version if committed is not None else None)
+    reused = committed is not None and snapshot.timeline is None
     if committed is not None and reused:
-        timeline, block_json = committed.timeline, committed.block_json
+        timeline, stored = committed.timeline, committed.stored
     else:
-        payload = (
-            TimelinePayload.model_validate_json(snapshot.timeline_json, context=STORED_BLOCKS)
-            if snapshot.timeline_json
-            else TimelinePayload()
-        )
-        timeline, block_json = Timeline.from_payload(payload), BlockJsonCache()
+        timeline, stored = _parsed_timeline(snapshot.timeline or ())
     rows = [SourceRow.model_validate_json(record.json) for record in snapshot.sources]
     sources = SourcesPool(rows=tuple(sorted(rows, key=lambda row: row.sid)))
     version = snapshot.version
@@ -186,7 +200,7 @@ async def restore_conversation(
         for entry in log.rounds:
             for record in entry.blocks:
                 block = block_from_record(record)
-                block_json.remember(block, record.json)
+                stored.remember(block, record.json)
                 blocks.append(block)
         status = interrupted_status_block(log, now=now)
         timeline.contribute(*blocks, status)
@@ -196,18 +210,19 @@ async def restore_conversation(
                 state="interrupted",
                 ended_at=now,
                 base_version=version,
-                timeline_json=block_json.timeline_json(timeline.blocks),
-                final_round=(block_json.record(status),),
+                timeline=stored.change(timeline.blocks),
+                final_round=(stored.record(status),),
                 exit_reason="interrupted",
             )
         )
+        stored.stored(timeline.blocks)
     interrupted = tuple(log.turn.turn_id for log in snapshot.uncommitted)
     return RestoredConversation(
         timeline=timeline,
         sources=sources,
         version=version,
         interrupted_turn_ids=interrupted,
-        block_json=block_json,
+        stored=stored,
         reused=reused,
     )
 
@@ -218,7 +233,7 @@ class TurnRecorder:
     :param handle: the conversation, bound to its scope.
     :param base_version: the version the turn was restored from (:attr:`RestoredConversation.version`).
     :param sources: the sources pool the turn started with (so rounds store only what changed).
-    :param block_json: the JSON of blocks already serialized (:attr:`RestoredConversation.block_json`).
+    :param stored: what the store holds of the timeline (:attr:`RestoredConversation.stored`).
     """
 
     def __init__(
@@ -228,13 +243,13 @@ class TurnRecorder:
         *,
         base_version: int,
         sources: SourcesPool,
-        block_json: BlockJsonCache | None = None,
+        stored: StoredTimeline,
     ) -> None:
         self._handle = handle
         self.turn_id = turn_id
         self._base_version = base_version
         self._stored_sources = sources
-        self._json = block_json if block_json is not None else BlockJsonCache()
+        self._stored = stored
         self.committed: CommittedTimeline | None = None
         """The timeline as the last :meth:`commit` stored it."""
 
@@ -244,14 +259,14 @@ class TurnRecorder:
             self.turn_id,
             started_at=started_at,
             generation=generation,
-            head=tuple(self._json.record(block) for block in head),
+            head=tuple(self._stored.record(block) for block in head),
         )
 
     async def record_round(self, blocks: Sequence[Block], *, sources: SourcesPool) -> int:
         """Append a completed round's blocks and the source rows it changed; return the round index."""
         changed = changed_source_records(self._stored_sources, sources)
         index = await self._handle.append_round(
-            self.turn_id, tuple(self._json.record(block) for block in blocks), sources=changed
+            self.turn_id, tuple(self._stored.record(block) for block in blocks), sources=changed
         )
         self._stored_sources = sources
         return index
@@ -281,16 +296,17 @@ class TurnRecorder:
                 state=state,
                 ended_at=ended_at,
                 base_version=self._base_version,
-                timeline_json=self._json.timeline_json(blocks),
+                timeline=self._stored.change(blocks),
                 sources=changed_source_records(self._stored_sources, sources),
-                final_round=tuple(self._json.record(block) for block in final_round),
+                final_round=tuple(self._stored.record(block) for block in final_round),
                 artifacts=tuple(artifacts),
                 title=title,
                 usage=usage or TurnUsage(),
                 exit_reason=exit_reason,
             )
         )
+        self._stored.stored(blocks)
         self._stored_sources = sources
         self._base_version = version
-        self.committed = CommittedTimeline(version=version, timeline=timeline, block_json=self._json)
+        self.committed = CommittedTimeline(version=version, timeline=timeline, stored=self._stored)
         return version

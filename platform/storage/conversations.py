@@ -1,4 +1,4 @@
-"""The conversation store seam: timeline artifact, sources pool, per-turn log and conversation index.
+"""The conversation store seam: timeline, sources pool, per-turn log and conversation index.
 
 A :class:`ConversationStore` has an explicit lifecycle (:meth:`~ConversationStore.open`,
 :meth:`~ConversationStore.aclose`) and hands out :class:`ConversationHandle` objects bound to one
@@ -10,8 +10,9 @@ The write path of a turn, and what survives a crash at any point of it:
 2. :meth:`ConversationHandle.append_round` appends each completed round's blocks (and the source rows
    it changed) to the turn log, in one transaction. Its cost depends on the round only, never on the
    length of the conversation: nothing already stored is re-written.
-3. :meth:`ConversationHandle.commit_turn` writes the new timeline artifact, the changed source rows,
-   the turn's final state and its artifacts atomically.
+3. :meth:`ConversationHandle.commit_turn` writes what changed on the timeline (a
+   :class:`TimelineChange`: the blocks appended or swapped, never the unchanged rest), the changed
+   source rows, the turn's final state and its artifacts atomically.
 
 A crash before step 3 leaves the previous timeline intact and the completed rounds in the turn log; the
 next :meth:`ConversationHandle.load` reports the turn as ``interrupted`` and returns those rounds, so
@@ -36,6 +37,7 @@ __all__ = [
     "SourceRecord",
     "StorageError",
     "StorageErrorCode",
+    "TimelineChange",
     "TurnCommit",
     "TurnLog",
     "TurnRecord",
@@ -142,17 +144,46 @@ class TurnLog:
 
 
 @dataclass(frozen=True, slots=True)
+class TimelineChange:
+    """How a commit changes the stored timeline: the blocks at some positions, and its new length.
+
+    :ivar length: how many blocks the timeline holds after the commit; stored blocks at or past it are
+        dropped (compaction shortens the timeline).
+    :ivar writes: ``(position, block)`` for every position whose block is new or was swapped (hidden,
+        restored, or shifted by compaction), in ascending order, all below ``length``.
+    """
+
+    length: int
+    writes: tuple[tuple[int, BlockRecord], ...] = ()
+
+    def __post_init__(self) -> None:
+        positions = [position for position, _ in self.writes]
+        if self.length < 0 or any(not 0 <= p < self.length for p in positions) or positions != sorted(set(positions)):
+            raise ValueError(
+                f"a timeline change of length {self.length} needs distinct ascending positions below it, got "
+                f"{positions[:8]}"
+            )
+
+    @classmethod
+    def whole(cls, blocks: tuple[BlockRecord, ...]) -> TimelineChange:
+        """The change that stores ``blocks`` as the whole timeline."""
+        return cls(length=len(blocks), writes=tuple(enumerate(blocks)))
+
+
+@dataclass(frozen=True, slots=True)
 class ConversationSnapshot:
     """What a turn starts from: one read of the timeline, one of the sources pool, and the turn index.
 
-    :ivar timeline_json: the last committed timeline artifact, or ``None`` for a new conversation.
+    :ivar timeline: the committed timeline's blocks, oldest first (``()`` for a new conversation); or
+        ``None`` when the load was told a ``known_version`` that is still the stored one, and skipped
+        reading what the caller already holds.
     :ivar version: how many commits made it (0 for a new conversation); a commit must name it.
     :ivar uncommitted: the logs of turns that never committed (``interrupted`` in ``turns``), oldest
         first: the rounds that survived a crash.
     """
 
     scope: ConversationScope
-    timeline_json: str | None
+    timeline: tuple[BlockRecord, ...] | None
     version: int
     sources: tuple[SourceRecord, ...]
     turns: tuple[TurnRecord, ...]
@@ -170,7 +201,7 @@ class TurnCommit:
 
     :ivar base_version: the :attr:`ConversationSnapshot.version` the turn started from; a commit from
         a stale base is refused (``conflicting_commit``) instead of overwriting a newer timeline.
-    :ivar timeline_json: the whole new timeline artifact.
+    :ivar timeline: what changed on the timeline since ``base_version``.
     :ivar sources: the source rows added or changed since the last write.
     :ivar final_round: blocks to append to the turn log with the commit (e.g. the final answer).
     :ivar title: a title for the conversation index, when the turn produced one.
@@ -182,7 +213,7 @@ class TurnCommit:
     state: TurnState
     ended_at: datetime
     base_version: int
-    timeline_json: str
+    timeline: TimelineChange
     sources: tuple[SourceRecord, ...] = ()
     final_round: tuple[BlockRecord, ...] = ()
     artifacts: tuple[ArtifactWrite, ...] = ()
@@ -210,8 +241,12 @@ class ConversationHandle(Protocol):
         """The tenant, project, user and conversation every operation of this handle is limited to."""
         ...
 
-    async def load(self) -> ConversationSnapshot:
-        """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns."""
+    async def load(self, *, known_version: int | None = None) -> ConversationSnapshot:
+        """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns.
+
+        :param known_version: the version of a timeline the caller already holds; when the store still
+            holds that version, the snapshot's ``timeline`` is ``None`` instead of a copy of it.
+        """
         ...
 
     async def begin_turn(

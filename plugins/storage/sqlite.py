@@ -2,27 +2,36 @@
 
 Layout under ``root``::
 
-    berth.sqlite3                     conversations, turns, turn log, sources pool, artifact index
+    berth.sqlite3                     conversations, turns, turn log, timeline, sources pool, artifact index
     artifacts/<tenant>/<project>/<user>/<conversation>/
-        timeline/<version>-<uuid>.json   the committed timeline artifact (one live file)
         blobs/<sha256>                   artifact contents, addressed by hash
+
+The committed timeline is a table of blocks by position, so a commit writes the blocks the turn
+appended or changed and nothing else, and a load that the caller says it can skip
+(``known_version``) does not read it. (An earlier release kept it as one JSON file per conversation;
+:meth:`SqliteConversationStore.open` moves such files into the table.)
 
 How writes stay atomic:
 
-* every database write is one ``BEGIN IMMEDIATE`` transaction;
+* every database write is one ``BEGIN IMMEDIATE`` transaction; the timeline, sources, turn log and
+  turn state of a commit are one transaction;
 * the turn's commit is durable (``synchronous=FULL``: the WAL is ``fsync``-ed before it returns);
   beginning a turn and appending a round are not (``synchronous=NORMAL``, no ``fsync``). In WAL mode
   that still survives a killed process — the transaction is in the WAL file once it returns — and
   never corrupts the database; only a power loss or OS crash can take back the rounds appended since
   the last ``fsync`` (the next commit's, or a checkpoint's), and the turn then comes back
   ``interrupted`` with fewer rounds;
-* files are written to a temporary name, flushed, ``fsync``-ed and renamed into place before the
-  transaction that makes them visible commits. A crash in between leaves an unreferenced file and the
-  previous consistent state; the old timeline file is removed only after the new one is committed.
+* artifact files are written to a temporary name, flushed, ``fsync``-ed and renamed into place before
+  the transaction that makes them visible commits. A crash in between leaves an unreferenced file and
+  the previous consistent state.
 
 Each round appends only its own rows to the turn log, so that write costs the same at round 5 and at
-round 500. Scoping comes from the bound :class:`~berth.storage.scope.ConversationScope`; folder names are
-its ids, which the scope already restricts to ``[A-Za-z0-9_-]``.
+round 500. Such a short write that need not be ``fsync``-ed runs on the caller's thread when the
+database is free (:meth:`SqliteDatabase.write_now`): handing 0.1 ms of work to a worker thread costs
+more than the work, in thread switches and GIL hand-offs.
+
+Scoping comes from the bound :class:`~berth.storage.scope.ConversationScope`; folder names are its
+ids, which the scope already restricts to ``[A-Za-z0-9_-]``.
 
 Embedded mode is one process per root: a turn that is ``running`` in the database but was not begun by
 this store instance is reported (and recorded) as ``interrupted`` on the next load.
@@ -31,8 +40,9 @@ this store instance is reported (and recorded) as ``interrupted`` on the next lo
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
+import json
+import logging
 import os
 import sqlite3
 import threading
@@ -49,6 +59,7 @@ from berth.storage.conversations import (
     ConversationSnapshot,
     SourceRecord,
     StorageError,
+    TimelineChange,
     TurnCommit,
     TurnLog,
     TurnRecord,
@@ -65,6 +76,8 @@ DATABASE_FILE: Final = "berth.sqlite3"
 
 _T = TypeVar("_T")
 
+log = logging.getLogger(__name__)
+
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
@@ -76,7 +89,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     version INTEGER NOT NULL DEFAULT 0,
-    timeline_file TEXT,
+    timeline_file TEXT,  -- an earlier release's timeline file, until open() moves it into the table
     UNIQUE (tenant, project, user_id, conversation_id)
 );
 CREATE TABLE IF NOT EXISTS turns (
@@ -105,6 +118,15 @@ CREATE TABLE IF NOT EXISTS turn_log (
     type TEXT NOT NULL,
     block TEXT NOT NULL,
     PRIMARY KEY (conversation, turn_id, round, position)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timeline (
+    conversation INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    turn_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    type TEXT NOT NULL,
+    block TEXT NOT NULL,
+    PRIMARY KEY (conversation, position)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sources (
     conversation INTEGER NOT NULL,
@@ -138,6 +160,11 @@ _SELECT_TURN: Final = (
     " cache_read_input_tokens, cache_creation_input_tokens, exit_reason"
 )
 """The columns :func:`_turn_record` reads, in its order (a query adds its ``FROM`` clause)."""
+
+
+_INSERT_TIMELINE_ROW: Final = (
+    "INSERT INTO timeline (conversation, position, turn_id, path, type, block) VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 def _now() -> str:
@@ -198,7 +225,8 @@ def _checked_artifact_path(path: str) -> str:
 class SqliteDatabase:
     """One SQLite connection in WAL mode, used from worker threads one call at a time.
 
-    Writes are durable (``synchronous=FULL``) unless the caller says otherwise; see :meth:`write`.
+    Writes are durable (``synchronous=FULL``: the WAL is ``fsync``-ed at commit) unless the caller says
+    otherwise; see :meth:`write`. The connection's own mode is ``NORMAL``; a durable write switches.
 
     :param trace: called with each SQL statement as executed (values expanded); for diagnostics and
         for tests that check how much a write touches.
@@ -221,7 +249,7 @@ class SqliteDatabase:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
                 connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=FULL")
+                connection.execute("PRAGMA synchronous=NORMAL")  # a durable write switches to FULL for itself
                 connection.execute("PRAGMA busy_timeout=10000")
                 if self._trace is not None:
                     connection.set_trace_callback(self._trace)
@@ -258,21 +286,37 @@ class SqliteDatabase:
             it back (never half of it); the next durable write makes it durable too.
         """
         with self._lock:
-            connection = self._require()
-            if not durable:
-                connection.execute("PRAGMA synchronous=NORMAL")
+            return self._transaction(work, durable=durable)
+
+    async def write_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run a short non-durable write (see :meth:`write`), on this thread when the database is free.
+
+        When another thread holds the connection, the write goes to a worker thread instead of blocking
+        the caller's event loop. ``work`` must be short: it runs on the event loop's thread.
+        """
+        if not self._lock.acquire(blocking=False):
+            return await asyncio.to_thread(self.write, work, durable=False)
+        try:
+            return self._transaction(work, durable=False)
+        finally:
+            self._lock.release()
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], _T], *, durable: bool) -> _T:
+        connection = self._require()
+        if durable:
+            connection.execute("PRAGMA synchronous=FULL")
+        try:
+            connection.execute("BEGIN IMMEDIATE")
             try:
-                connection.execute("BEGIN IMMEDIATE")
-                try:
-                    result = work(connection)
-                except BaseException:
-                    connection.execute("ROLLBACK")
-                    raise
-                connection.execute("COMMIT")
-            finally:
-                if not durable:
-                    connection.execute("PRAGMA synchronous=FULL")
-            return result
+                result = work(connection)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+        finally:
+            if durable:
+                connection.execute("PRAGMA synchronous=NORMAL")
+        return result
 
     def _require(self) -> sqlite3.Connection:
         if self._connection is None:
@@ -345,16 +389,11 @@ class SqliteConversationHandle:
             rounds.setdefault(index, []).append(BlockRecord(turn_id=turn_id, path=path, type=type_, json=block))
         return tuple(TurnRound(index=index, blocks=tuple(blocks)) for index, blocks in rounds.items())
 
-    def _load(self, connection: sqlite3.Connection) -> tuple[ConversationSnapshot, str | None]:
+    def _load(self, connection: sqlite3.Connection, known_version: int | None) -> ConversationSnapshot:
         conversation = self._conversation_id(connection)
         if conversation is None:
-            empty = ConversationSnapshot(
-                scope=self._scope, timeline_json=None, version=0, sources=(), turns=(), uncommitted=()
-            )
-            return empty, None
-        version, timeline_file = connection.execute(
-            "SELECT version, timeline_file FROM conversations WHERE id=?", (conversation,)
-        ).fetchone()
+            return ConversationSnapshot(scope=self._scope, timeline=(), version=0, sources=(), turns=(), uncommitted=())
+        (version,) = connection.execute("SELECT version FROM conversations WHERE id=?", (conversation,)).fetchone()
         running = set(self._store.running_turns(conversation))
         stalled = connection.execute(
             "SELECT turn_id FROM turns WHERE conversation=? AND state='running' AND committed=0", (conversation,)
@@ -379,33 +418,34 @@ class SqliteConversationHandle:
                 "SELECT sid, row FROM sources WHERE conversation=? ORDER BY sid", (conversation,)
             )
         )
-        snapshot = ConversationSnapshot(
+        timeline = None
+        if version != known_version:
+            timeline = tuple(
+                BlockRecord(turn_id=turn_id, path=path, type=type_, json=block)
+                for turn_id, path, type_, block in connection.execute(
+                    "SELECT turn_id, path, type, block FROM timeline WHERE conversation=? ORDER BY position",
+                    (conversation,),
+                )
+            )
+        return ConversationSnapshot(
             scope=self._scope,
-            timeline_json=None,
+            timeline=timeline,
             version=version,
             sources=sources,
             turns=turns,
             uncommitted=uncommitted,
         )
-        return snapshot, timeline_file
 
-    async def load(self) -> ConversationSnapshot:
-        """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns."""
+    async def load(self, *, known_version: int | None = None) -> ConversationSnapshot:
+        """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns.
 
-        def work() -> ConversationSnapshot:
-            # A commit running alongside may retire the file we were pointed at; read the pointer again.
-            for _ in range(3):
-                snapshot, timeline_file = self._store.database.write(self._load)
-                if timeline_file is None:
-                    return snapshot
-                try:
-                    text = (self._folder / "timeline" / timeline_file).read_text(encoding="utf-8")
-                except FileNotFoundError:
-                    continue
-                return dataclasses.replace(snapshot, timeline_json=text)
-            raise StorageError("conflicting_commit", "the timeline kept changing while it was read; retry the load")
-
-        return await asyncio.to_thread(work)
+        :param known_version: the version of a timeline the caller holds; when it is still the stored
+            one, the timeline is not read (the snapshot's ``timeline`` is ``None``).
+        """
+        # A write: turns left running by a process that is gone are recorded as interrupted.
+        return await asyncio.to_thread(
+            self._store.database.write, lambda connection: self._load(connection, known_version)
+        )
 
     async def read_turn_log(self, turn_id: str) -> TurnLog:
         """Return one turn's log (every round appended, whatever compaction later dropped)."""
@@ -464,10 +504,10 @@ class SqliteConversationHandle:
                 (conversation, turn_id, conversation, _iso(started_at), generation),
             )
             self._insert_blocks(connection, conversation, turn_id, 0, head)
+            self._store.mark_running(self._scope, conversation, turn_id, rounds=0)
             return conversation
 
-        conversation = await asyncio.to_thread(self._store.database.write, work, durable=False)
-        self._store.mark_running(conversation, turn_id)
+        await self._store.database.write_now(work)
 
     @staticmethod
     def _insert_blocks(
@@ -484,6 +524,8 @@ class SqliteConversationHandle:
 
     @staticmethod
     def _upsert_sources(connection: sqlite3.Connection, conversation: int, sources: Sequence[SourceRecord]) -> None:
+        if not sources:
+            return
         connection.executemany(
             "INSERT INTO sources (conversation, sid, row) VALUES (?, ?, ?)"
             " ON CONFLICT (conversation, sid) DO UPDATE SET row=excluded.row",
@@ -507,95 +549,97 @@ class SqliteConversationHandle:
     ) -> int:
         """Append one completed round to the turn log in one transaction; return its round index."""
 
-        def work(connection: sqlite3.Connection) -> int:
-            conversation, state, rounds, _ = self._turn_state(connection, turn_id)
-            if state != "running":
-                raise StorageError("turn_not_running", f"turn {turn_id!r} is {state}; rounds go to running turns")
+        def work(connection: sqlite3.Connection) -> tuple[int, int, bool]:
+            running = self._store.running_turn(self._scope, turn_id)
+            if running is not None:  # begun by this store and not committed: no need to look it up
+                conversation, rounds = running
+            else:
+                conversation, state, rounds, _ = self._turn_state(connection, turn_id)
+                if state != "running":
+                    raise StorageError("turn_not_running", f"turn {turn_id!r} is {state}; rounds go to running turns")
             index = rounds + 1
             self._insert_blocks(connection, conversation, turn_id, index, blocks)
             self._upsert_sources(connection, conversation, sources)
             connection.execute(
                 "UPDATE turns SET rounds=? WHERE conversation=? AND turn_id=?", (index, conversation, turn_id)
             )
-            return index
+            return conversation, index, running is not None
 
         # Not fsync-ed: a killed process keeps the round; see the module docstring for a power loss.
-        return await asyncio.to_thread(self._store.database.write, work, durable=False)
+        conversation, index, known = await self._store.database.write_now(work)
+        if known:
+            self._store.mark_running(self._scope, conversation, turn_id, rounds=index)
+        return index
 
     def _commit(self, commit: TurnCommit) -> int:
-        written: list[Path] = []
-        timeline_file = f"{commit.base_version + 1}-{uuid.uuid4().hex}.json"
         blobs: list[tuple[str, str, int]] = []
-        try:
-            for artifact in commit.artifacts:
-                path = _checked_artifact_path(artifact.path)
-                digest = hashlib.sha256(artifact.data).hexdigest()
-                blob = self._folder / "blobs" / digest
-                if not blob.exists():
-                    write_atomically(blob, artifact.data)
-                blobs.append((path, digest, len(artifact.data)))
-            timeline_path = self._folder / "timeline" / timeline_file
-            write_atomically(timeline_path, commit.timeline_json.encode("utf-8"))
-            written.append(timeline_path)
+        for artifact in commit.artifacts:
+            path = _checked_artifact_path(artifact.path)
+            digest = hashlib.sha256(artifact.data).hexdigest()
+            blob = self._folder / "blobs" / digest
+            if not blob.exists():
+                write_atomically(blob, artifact.data)
+            blobs.append((path, digest, len(artifact.data)))
 
-            def work(connection: sqlite3.Connection) -> tuple[int, str | None]:
-                conversation, _, rounds, committed = self._turn_state(connection, commit.turn_id)
-                if committed:
-                    raise StorageError("conflicting_commit", f"turn {commit.turn_id!r} was already committed")
-                previous = connection.execute(
-                    "SELECT timeline_file FROM conversations WHERE id=? AND version=?",
-                    (conversation, commit.base_version),
-                ).fetchone()
-                if previous is None:
-                    raise StorageError(
-                        "conflicting_commit",
-                        f"the conversation changed since version {commit.base_version}; reload it and retry",
-                    )
-                if commit.final_round:
-                    rounds += 1
-                    self._insert_blocks(connection, conversation, commit.turn_id, rounds, commit.final_round)
-                self._upsert_sources(connection, conversation, commit.sources)
-                connection.executemany(
-                    "INSERT INTO artifacts (conversation, path, sha256, size, turn_id) VALUES (?, ?, ?, ?, ?)"
-                    " ON CONFLICT (conversation, path) DO UPDATE SET sha256=excluded.sha256, size=excluded.size,"
-                    " turn_id=excluded.turn_id",
-                    [(conversation, path, digest, size, commit.turn_id) for path, digest, size in blobs],
+        def work(connection: sqlite3.Connection) -> int:
+            conversation, _, rounds, committed = self._turn_state(connection, commit.turn_id)
+            if committed:
+                raise StorageError("conflicting_commit", f"turn {commit.turn_id!r} was already committed")
+            if not connection.execute(
+                "SELECT 1 FROM conversations WHERE id=? AND version=?", (conversation, commit.base_version)
+            ).fetchone():
+                raise StorageError(
+                    "conflicting_commit",
+                    f"the conversation changed since version {commit.base_version}; reload it and retry",
                 )
-                usage = commit.usage
-                connection.execute(
-                    "UPDATE turns SET state=?, committed=1, ended_at=?, rounds=?, input_tokens=?, output_tokens=?,"
-                    " cache_read_input_tokens=?, cache_creation_input_tokens=?, exit_reason=?"
-                    " WHERE conversation=? AND turn_id=?",
-                    (
-                        commit.state,
-                        _iso(commit.ended_at),
-                        rounds,
-                        usage.input_tokens,
-                        usage.output_tokens,
-                        usage.cache_read_input_tokens,
-                        usage.cache_creation_input_tokens,
-                        commit.exit_reason,
-                        conversation,
-                        commit.turn_id,
-                    ),
-                )
-                connection.execute(
-                    "UPDATE conversations SET version=version+1, timeline_file=?, updated_at=?,"
-                    " title=COALESCE(?, title) WHERE id=?",
-                    (timeline_file, _iso(commit.ended_at), commit.title, conversation),
-                )
-                return conversation, cast("str | None", previous[0])
+            if commit.final_round:
+                rounds += 1
+                self._insert_blocks(connection, conversation, commit.turn_id, rounds, commit.final_round)
+            self._write_timeline(connection, conversation, commit.timeline)
+            self._upsert_sources(connection, conversation, commit.sources)
+            connection.executemany(
+                "INSERT INTO artifacts (conversation, path, sha256, size, turn_id) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (conversation, path) DO UPDATE SET sha256=excluded.sha256, size=excluded.size,"
+                " turn_id=excluded.turn_id",
+                [(conversation, path, digest, size, commit.turn_id) for path, digest, size in blobs],
+            )
+            usage = commit.usage
+            connection.execute(
+                "UPDATE turns SET state=?, committed=1, ended_at=?, rounds=?, input_tokens=?, output_tokens=?,"
+                " cache_read_input_tokens=?, cache_creation_input_tokens=?, exit_reason=?"
+                " WHERE conversation=? AND turn_id=?",
+                (
+                    commit.state,
+                    _iso(commit.ended_at),
+                    rounds,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_input_tokens,
+                    usage.cache_creation_input_tokens,
+                    commit.exit_reason,
+                    conversation,
+                    commit.turn_id,
+                ),
+            )
+            connection.execute(
+                "UPDATE conversations SET version=version+1, updated_at=?, title=COALESCE(?, title) WHERE id=?",
+                (_iso(commit.ended_at), commit.title, conversation),
+            )
+            self._store.mark_done(self._scope, commit.turn_id)
+            return conversation
 
-            conversation, old_file = self._store.database.write(work)
-        except BaseException:
-            for stray in written:
-                stray.unlink(missing_ok=True)
-            raise
-        self._store.mark_done(conversation, commit.turn_id)
-        if old_file is not None:
-            # Only now is the old timeline unreferenced; a crash before this line leaves a stray file.
-            (self._folder / "timeline" / old_file).unlink(missing_ok=True)
+        self._store.database.write(work)
         return commit.base_version + 1
+
+    @staticmethod
+    def _write_timeline(connection: sqlite3.Connection, conversation: int, change: TimelineChange) -> None:
+        connection.execute("DELETE FROM timeline WHERE conversation=? AND position>=?", (conversation, change.length))
+        connection.executemany(
+            _INSERT_TIMELINE_ROW
+            + " ON CONFLICT (conversation, position) DO UPDATE SET turn_id=excluded.turn_id, path=excluded.path,"
+            " type=excluded.type, block=excluded.block",
+            [(conversation, position, r.turn_id, r.path, r.type, r.json) for position, r in change.writes],
+        )
 
     async def commit_turn(self, commit: TurnCommit) -> int:
         """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version."""
@@ -613,12 +657,58 @@ class SqliteConversationStore:
         self.root = root
         self.artifacts_root = root / "artifacts"
         self.database = SqliteDatabase(root / DATABASE_FILE, trace=trace)
-        self._running: set[tuple[int, str]] = set()
+        # (scope, turn id) -> (conversation row id, rounds appended) of the turns this instance runs.
+        self._running: dict[tuple[ConversationScope, str], tuple[int, int]] = {}
         self._running_lock = threading.Lock()
 
     async def open(self) -> None:
-        """Create the root folder, the database (WAL) and its tables."""
+        """Create the root folder, the database (WAL) and its tables; move an earlier release's timeline files in."""
         await asyncio.to_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
+        await asyncio.to_thread(self._adopt_timeline_files)
+
+    def _adopt_timeline_files(self) -> None:
+        """Move each timeline file an earlier release wrote into the ``timeline`` table, then delete it.
+
+        One transaction per conversation; the file is deleted only once its blocks are committed, so a
+        crash in between repeats the move on the next open. A pointer to a missing file is logged and
+        left as it is (nothing is there to move).
+        """
+        legacy = self.database.read(
+            lambda connection: connection.execute(
+                "SELECT id, tenant, project, user_id, conversation_id, timeline_file FROM conversations"
+                " WHERE timeline_file IS NOT NULL"
+            ).fetchall()
+        )
+        for conversation, tenant, project, user_id, conversation_id, name in legacy:
+            path = self.artifacts_root.joinpath(tenant, project, user_id, conversation_id, "timeline", name)
+            try:
+                blocks = json.loads(path.read_text(encoding="utf-8"))["blocks"]
+            except FileNotFoundError:
+                log.warning(
+                    "conversation %s/%s/%s: its timeline file %s is missing", tenant, project, conversation_id, name
+                )
+                continue
+            rows = [
+                (
+                    conversation,
+                    n,
+                    b["turn_id"],
+                    b["path"],
+                    b["type"],
+                    json.dumps(b, ensure_ascii=False, separators=(",", ":")),
+                )
+                for n, b in enumerate(blocks)
+            ]
+
+            def work(
+                connection: sqlite3.Connection, conversation: int = conversation, rows: list[tuple[object, ...]] = rows
+            ) -> None:
+                connection.execute("DELETE FROM timeline WHERE conversation=?", (conversation,))
+                connection.executemany(_INSERT_TIMELINE_ROW, rows)
+                connection.execute("UPDATE conversations SET timeline_file=NULL WHERE id=?", (conversation,))
+
+            self.database.write(work)
+            path.unlink(missing_ok=True)
 
     async def aclose(self) -> None:
         """Close the database; the store refuses further work."""
@@ -670,14 +760,20 @@ class SqliteConversationStore:
     def running_turns(self, conversation: int) -> tuple[str, ...]:
         """Return the turns of ``conversation`` this instance began and has not committed."""
         with self._running_lock:
-            return tuple(turn for conv, turn in self._running if conv == conversation)
+            return tuple(turn for (_, turn), (conv, _) in self._running.items() if conv == conversation)
 
-    def mark_running(self, conversation: int, turn_id: str) -> None:
-        """Remember that this instance runs ``turn_id`` (so a load does not call it interrupted)."""
+    def running_turn(self, scope: ConversationScope, turn_id: str) -> tuple[int, int] | None:
+        """Return ``(conversation row id, rounds appended)`` of a turn this instance runs, else ``None``."""
         with self._running_lock:
-            self._running.add((conversation, turn_id))
+            return self._running.get((scope, turn_id))
 
-    def mark_done(self, conversation: int, turn_id: str) -> None:
+    def mark_running(self, scope: ConversationScope, conversation: int, turn_id: str, *, rounds: int) -> None:
+        """Remember that this instance runs ``turn_id`` and how many rounds it appended (a load then
+        does not call it interrupted, and an append need not look it up)."""
+        with self._running_lock:
+            self._running[(scope, turn_id)] = (conversation, rounds)
+
+    def mark_done(self, scope: ConversationScope, turn_id: str) -> None:
         """Forget a turn this instance ran, once it is committed."""
         with self._running_lock:
-            self._running.discard((conversation, turn_id))
+            self._running.pop((scope, turn_id), None)

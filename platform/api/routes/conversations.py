@@ -112,7 +112,7 @@ async def get_conversation(
     assert host.store is not None and host.meta is not None
     handle = host.store.conversation(meta.scope)
     snapshot = await handle.load()
-    restored = await restore_conversation(handle, now=datetime.now(UTC)) if snapshot.timeline_json else None
+    restored = await restore_conversation(handle, now=datetime.now(UTC)) if snapshot.version else None
     feedback = await host.meta.feedback_for(meta.scope)
     states = {turn.turn_id: turn for turn in snapshot.turns}
     turns: list[TurnOut] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from berth.runtime.persistence import BlockJsonCache, CommittedTimeline
+from berth.runtime.persistence import CommittedTimeline, StoredTimeline
 from berth.runtime.render import TimelineRenderer
 from berth.runtime.resident import ResidentConversation, ResidentConversations
 from berth.runtime.timeline import Timeline
@@ -12,7 +12,7 @@ OWNER = OwnerScope(tenant="acme", project="support", user_id="ada")
 
 
 def resident(version: int = 1) -> ResidentConversation:
-    return ResidentConversation(CommittedTimeline(version, Timeline(), BlockJsonCache()), TimelineRenderer())
+    return ResidentConversation(CommittedTimeline(version, Timeline(), StoredTimeline()), TimelineRenderer())
 
 
 def test_a_turn_takes_its_conversation_so_a_turn_without_commit_leaves_nothing_behind() -> None:

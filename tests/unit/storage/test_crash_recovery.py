@@ -56,7 +56,7 @@ async def commits(store):
     while True:
         n += 1
         turn_id = f"turn_{n}"
-        recorder = TurnRecorder(handle, turn_id, base_version=version, sources=pool)
+        recorder = TurnRecorder(handle, turn_id, base_version=version, sources=pool, stored=restored.stored)
         blocks = head(turn_id)
         timeline.contribute(*blocks)
         await recorder.begin(blocks, started_at=T0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,11 +13,11 @@ import pytest
 from pydantic import ValidationError
 from storage_builders import T0, final, head, open_store, tool_round
 
-from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
-from berth.runtime.persistence import TurnRecorder, block_record, restore_conversation
+from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore, SqliteDatabase
+from berth.runtime.persistence import StoredTimeline, TurnRecorder, block_record, restore_conversation
 from berth.runtime.sources import Source, SourceRow, SourcesPool
 from berth.runtime.timeline import Timeline
-from berth.storage.conversations import ArtifactWrite, StorageError, TurnCommit
+from berth.storage.conversations import ArtifactWrite, StorageError, TimelineChange, TurnCommit
 from berth.storage.scope import ConversationScope, OwnerScope
 
 run = asyncio.run
@@ -35,7 +36,7 @@ def run_turn(
     handle = store.conversation(scope)
     restored = run(restore_conversation(handle, now=T0))
     timeline, pool = restored.timeline, restored.sources
-    recorder = TurnRecorder(handle, turn_id, base_version=restored.version, sources=pool)
+    recorder = TurnRecorder(handle, turn_id, base_version=restored.version, sources=pool, stored=restored.stored)
     blocks = head(turn_id)
     timeline.contribute(*blocks)
     run(recorder.begin(blocks, started_at=T0, generation="g1"))
@@ -54,7 +55,7 @@ def run_turn(
 
 def test_a_new_conversation_loads_empty(store: SqliteConversationStore, scope: ConversationScope) -> None:
     snapshot = run(store.conversation(scope).load())
-    assert snapshot.timeline_json is None
+    assert snapshot.timeline == ()
     assert (snapshot.version, snapshot.sources, snapshot.turns, snapshot.uncommitted) == (0, (), (), ())
 
 
@@ -166,23 +167,39 @@ def test_a_commit_from_a_stale_version_is_refused_and_changes_nothing(
     handle = store.conversation(scope)
     before = run(handle.load())
     run(handle.begin_turn("turn_2", started_at=T0, generation=None, head=tuple(map(block_record, head("turn_2")))))
-    stale = TurnCommit(turn_id="turn_2", state="completed", ended_at=T0, base_version=0, timeline_json="{}")
+    stale = TurnCommit(
+        turn_id="turn_2", state="completed", ended_at=T0, base_version=0, timeline=TimelineChange(length=0)
+    )
     with pytest.raises(StorageError) as refused:
         run(handle.commit_turn(stale))
     assert refused.value.code == "conflicting_commit"
     after = run(handle.load())
-    assert (after.timeline_json, after.version) == (before.timeline_json, before.version)
-    timeline_files = list((tmp_path / "var" / "artifacts").rglob("timeline/*"))
-    assert len(timeline_files) == 1, "the refused commit's file was removed; the old one is live"
+    assert (after.timeline, after.version) == (before.timeline, before.version)
 
 
-def test_only_the_live_timeline_file_remains_after_commits(
-    store: SqliteConversationStore, scope: ConversationScope, tmp_path: Path
-) -> None:
-    for n in (1, 2, 3):
+def test_a_commit_writes_only_the_timeline_positions_that_changed(tmp_path: Path, scope: ConversationScope) -> None:
+    statements: list[str] = []
+    store = open_store(tmp_path / "var", trace=statements.append)
+    for n in range(1, 6):
         run_turn(store, scope, f"turn_{n}")
-    files = list((tmp_path / "var" / "artifacts").rglob("timeline/*"))
-    assert [f.name.split("-")[0] for f in files] == ["3"]
+    statements.clear()
+    run_turn(store, scope, "turn_6")
+    written = [s for s in statements if s.startswith("INSERT INTO timeline")]
+    assert len(written) == 2 + 2 * 3 + 1, "the new turn's head, two tool rounds and its answer; nothing older"
+    assert all("turn_6" in statement for statement in written)
+    restored = run(restore_conversation(store.conversation(scope), now=T0))
+    assert restored.timeline.turn_ids() == tuple(f"turn_{n}" for n in range(1, 7))
+    run(store.aclose())
+
+
+def test_a_load_that_knows_the_stored_version_skips_the_timeline(
+    store: SqliteConversationStore, scope: ConversationScope
+) -> None:
+    run_turn(store, scope, "turn_1")
+    handle = store.conversation(scope)
+    assert run(handle.load(known_version=1)).timeline is None
+    stale = run(handle.load(known_version=0)).timeline
+    assert stale is not None and len(stale) == 2 + 2 * 3 + 1
 
 
 def test_artifacts_commit_with_the_turn_and_read_back(store: SqliteConversationStore, scope: ConversationScope) -> None:
@@ -207,7 +224,7 @@ def test_an_artifact_of_a_refused_commit_is_not_visible(
         state="completed",
         ended_at=T0,
         base_version=7,
-        timeline_json="{}",
+        timeline=TimelineChange(length=0),
         artifacts=(ArtifactWrite(path="turn_1/files/a.txt", data=b"a"),),
     )
     with pytest.raises(StorageError):
@@ -234,6 +251,32 @@ def test_turn_lifecycle_errors_have_codes(store: SqliteConversationStore, scope:
     assert missing_log.value.code == "turn_not_found"
 
 
+def test_a_short_write_goes_to_a_worker_thread_while_another_thread_holds_the_database(tmp_path: Path) -> None:
+    database = SqliteDatabase(tmp_path / "db.sqlite3")
+    database.open("CREATE TABLE t (x INTEGER);")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(connection: sqlite3.Connection) -> None:
+        holding.set()
+        release.wait(10)
+
+    holder = threading.Thread(target=database.write, args=(hold,))
+    holder.start()
+    assert holding.wait(10)
+
+    async def write_while_held() -> None:
+        write = asyncio.ensure_future(database.write_now(lambda c: c.execute("INSERT INTO t VALUES (1)")))
+        await asyncio.sleep(0)  # a yield, not a wait: the event loop runs on while the write waits
+        assert not write.done()
+        release.set()
+        await write
+
+    run(write_while_held())
+    holder.join()
+    assert database.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 1
+    database.close()
+
+
 def test_a_closed_store_refuses_work(tmp_path: Path, scope: ConversationScope) -> None:
     store = open_store(tmp_path / "var")
     run(store.aclose())
@@ -249,8 +292,8 @@ def test_conversations_are_scoped_by_the_bound_context_never_shared(
     bob = OwnerScope(tenant="acme", project="support", user_id="bob").conversation("shared-id")
     other_tenant = OwnerScope(tenant="globex", project="support", user_id="ada").conversation("shared-id")
     run_turn(store, ada, "turn_1")
-    assert run(store.conversation(bob).load()).timeline_json is None
-    assert run(store.conversation(other_tenant).load()).timeline_json is None
+    assert run(store.conversation(bob).load()).timeline == ()
+    assert run(store.conversation(other_tenant).load()).timeline == ()
     run_turn(store, bob, "turn_1")
     assert [r.scope for r in run(store.list_conversations(owner))] == [ada]
     assert run(store.list_conversations(other_tenant.owner)) == ()
@@ -268,7 +311,12 @@ def test_the_conversation_index_lists_titles_and_turn_counts_newest_first(
     run(
         handle.commit_turn(
             TurnCommit(
-                turn_id="turn_1", state="completed", ended_at=later, base_version=0, timeline_json="{}", title="Taxes"
+                turn_id="turn_1",
+                state="completed",
+                ended_at=later,
+                base_version=0,
+                timeline=TimelineChange(length=0),
+                title="Taxes",
             )
         )
     )
@@ -287,7 +335,7 @@ def test_sources_rows_are_written_only_when_they_change(
 ) -> None:
     handle = store.conversation(scope)
     pool = SourcesPool()
-    recorder = TurnRecorder(handle, "turn_1", base_version=0, sources=pool)
+    recorder = TurnRecorder(handle, "turn_1", base_version=0, sources=pool, stored=StoredTimeline())
     run(recorder.begin(head("turn_1"), started_at=T0))
     pool = pool.merge([Source(url="https://a.org/x")]).pool
     run(recorder.record_round(tool_round("turn_1", "c1"), sources=pool))

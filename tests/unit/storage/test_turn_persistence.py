@@ -1,4 +1,4 @@
-"""What the runtime stores with a turn: the timeline artifact, the turn log's usage and exit reason, reuse."""
+"""What the runtime stores with a turn: the timeline changes, the turn log's usage and exit reason, reuse."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import pytest
 from storage_builders import T0, final, head, open_store, tool_round
 
 from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
-from berth.runtime.persistence import BlockJsonCache, TurnRecorder, restore_conversation
+from berth.runtime.blocks import Block, BlockType
+from berth.runtime.persistence import StoredTimeline, TurnRecorder, restore_conversation
 from berth.runtime.timeline import Timeline
-from berth.storage.conversations import TurnUsage
+from berth.storage.conversations import TimelineChange, TurnUsage
 from berth.storage.scope import ConversationScope
 
 run = asyncio.run
@@ -25,7 +27,7 @@ def commit_turn(
     restored = run(restore_conversation(handle, now=T0))
     timeline = restored.timeline
     recorder = TurnRecorder(
-        handle, turn_id, base_version=restored.version, sources=restored.sources, block_json=restored.block_json
+        handle, turn_id, base_version=restored.version, sources=restored.sources, stored=restored.stored
     )
     timeline.contribute(*head(turn_id))
     run(recorder.begin(head(turn_id), started_at=T0))
@@ -47,11 +49,36 @@ def commit_turn(
     return recorder
 
 
-def test_the_timeline_artifact_is_what_the_payload_model_writes() -> None:
+def test_a_timeline_change_names_only_the_positions_whose_block_is_not_stored() -> None:
     timeline = Timeline([*head("turn_1"), *tool_round("turn_1", "c1"), *final("turn_1")])
-    cache = BlockJsonCache()
-    assert cache.timeline_json(timeline.blocks) == timeline.to_payload().model_dump_json()
-    assert cache.timeline_json(()) == Timeline().to_payload().model_dump_json()
+    stored = StoredTimeline()
+    first = stored.change(timeline.blocks)
+    assert first == TimelineChange.whole(tuple(stored.record(block) for block in timeline.blocks))
+    stored.stored(timeline.blocks)
+    assert stored.change(timeline.blocks) == TimelineChange(length=len(timeline))
+    timeline.contribute(*head("turn_2"))
+    timeline.hide("tc:turn_1.c1.result", "a result hidden", editable_from=0)
+    change = stored.change(timeline.blocks)
+    assert [position for position, _ in change.writes] == [4, 6, 7]
+    assert change.writes[0][1].json == timeline.blocks[4].model_dump_json()
+    summary = Block(
+        type=BlockType.CONV_RANGE_SUMMARY,
+        path="ar:turn_1.conv.range.summary",
+        turn_id="turn_1",
+        ts=T0,
+        author="runtime",
+        text="turn 1 looked something up",
+    )
+    timeline.replace_prefix(6, summary)
+    change = stored.change(timeline.blocks)
+    assert (change.length, [p for p, _ in change.writes]) == (3, [0, 1, 2]), "compaction shifts what follows it"
+
+
+@pytest.mark.parametrize(("length", "positions"), [(-1, []), (2, [2]), (3, [1, 1]), (3, [2, 1])])
+def test_a_timeline_change_refuses_positions_outside_or_out_of_order(length: int, positions: list[int]) -> None:
+    record = StoredTimeline().record(head("turn_1")[0])
+    with pytest.raises(ValueError, match="distinct ascending positions"):
+        TimelineChange(length=length, writes=tuple((p, record) for p in positions))
 
 
 def test_the_turn_log_records_usage_and_exit_reason(store: SqliteConversationStore, scope: ConversationScope) -> None:
@@ -99,3 +126,27 @@ def test_a_timeline_committed_elsewhere_since_is_parsed_from_the_store(
     restored = run(restore_conversation(store.conversation(scope), now=T0, committed=stale))
     assert not restored.reused
     assert restored.timeline.turn_ids() == ("turn_1", "turn_2")
+
+
+def test_a_timeline_file_of_an_earlier_release_moves_into_the_table_on_open(
+    tmp_path: Path, scope: ConversationScope
+) -> None:
+    root = tmp_path / "var"
+    store = open_store(root)
+    timeline = commit_turn(store, scope, "turn_1").committed
+    assert timeline is not None
+    run(store.aclose())
+    # What an earlier release left: the timeline as one JSON file the conversation row points at.
+    folder = root.joinpath("artifacts", scope.tenant, scope.project, scope.user_id, scope.conversation_id, "timeline")
+    folder.mkdir(parents=True)
+    (folder / "1-legacy.json").write_text(timeline.timeline.to_payload().model_dump_json(), encoding="utf-8")
+    with sqlite3.connect(root / DATABASE_FILE) as connection:
+        connection.execute("DELETE FROM timeline")
+        connection.execute("UPDATE conversations SET timeline_file='1-legacy.json'")
+    store = open_store(root)
+    restored = run(restore_conversation(store.conversation(scope), now=T0))
+    assert restored.timeline.blocks == timeline.timeline.blocks
+    assert not (folder / "1-legacy.json").exists()
+    commit_turn(store, scope, "turn_2")
+    assert run(restore_conversation(store.conversation(scope), now=T0)).timeline.turn_ids() == ("turn_1", "turn_2")
+    run(store.aclose())
