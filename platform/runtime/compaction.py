@@ -84,6 +84,8 @@ def estimate_timeline_tokens(timeline: Timeline) -> int:
 
 def estimate_prompt_tokens(prompt: RenderedPrompt) -> int:
     """Estimate the input tokens of a whole rendered prompt (system, timeline, sources and announce)."""
+    if prompt.characters is not None:  # counted by the renderer as it went
+        return _tokens_of_length(prompt.characters)
     parts = prompt.parts()
     # The length of the parts joined by the separator, without building that text every round.
     length = sum(len(part.text) for part in parts) + len(BLOCK_SEPARATOR) * max(len(parts) - 1, 0)

@@ -79,6 +79,9 @@ class RenderedPrompt(BaseModel):
     messages: tuple[PromptMessage, ...]
     checkpoints: tuple[CacheCheckpoint, ...]
     start: int
+    characters: int | None = None
+    """The length of every part's text joined by :data:`BLOCK_SEPARATOR`, when the renderer counted it
+    (it keeps a running count, so estimating a long prompt's size does not walk all its parts)."""
 
     def parts(self) -> tuple[PromptPart, ...]:
         """Return every part of every message, in order."""
@@ -170,6 +173,14 @@ class _Segments:
     parts: list[PromptPart]
     last_start: int
     """The block index the last part starts at."""
+    characters: int = 0
+    """The summed length of the parts' texts."""
+
+    def add(self, end: int, part: PromptPart) -> None:
+        """Append ``part``, which ends at block index ``end``."""
+        self.ends.append(end)
+        self.parts.append(part)
+        self.characters += len(part.text)
 
 
 class TimelineRenderer:
@@ -210,8 +221,7 @@ class TimelineRenderer:
     ) -> None:
         """Append a part for each unit (head, round) of ``layout`` from block ``first`` on."""
         for end in _unit_ends(layout, first):
-            segments.ends.append(end)
-            segments.parts.append(self._part(section, blocks[first:end], into))
+            segments.add(end, self._part(section, blocks[first:end], into))
             segments.last_start, first = first, end
 
     def _timeline_segments(
@@ -235,7 +245,15 @@ class TimelineRenderer:
         ):
             # Only appended since: keep every part but the last, and make the rest of the current turn.
             segments = _Segments(
-                timeline, made.revision, start, pruned_turns, current.start, made.ends[:-1], made.parts[:-1], 0
+                timeline,
+                made.revision,
+                start,
+                pruned_turns,
+                current.start,
+                made.ends[:-1],
+                made.parts[:-1],
+                0,
+                made.characters - len(made.parts[-1].text),
             )
             self._add_units(segments, "current_turn", blocks, current, made.last_start, self._parts)
             self._segments = segments
@@ -248,12 +266,9 @@ class TimelineRenderer:
         for number, layout in enumerate(layouts):
             section: PromptSection = "history" if number < history else "current_turn"
             if number in pruned:
-                card = self._part(section, blocks[layout.start : layout.end], fresh, card=True)
-                segments.ends.append(layout.end)
-                segments.parts.append(card)
+                segments.add(layout.end, self._part(section, blocks[layout.start : layout.end], fresh, card=True))
                 if number == last_card:
-                    segments.ends.append(layout.end)
-                    segments.parts.append(_PRUNING_NOTICE_PART)
+                    segments.add(layout.end, _PRUNING_NOTICE_PART)
                 continue
             self._add_units(segments, section, blocks, layout, layout.start, fresh)
         self._parts = fresh
@@ -284,12 +299,14 @@ class TimelineRenderer:
         layouts = timeline.turn_layouts(start)
         checkpoints = plan_checkpoints(timeline, start=start, offset=offset)
         parts = [PromptPart(section="system", text=system, cache_checkpoint="system")]
+        characters = len(system)
         if layouts:
             segments = self._timeline_segments(timeline, layouts, start, pruned_turns)
             # A checkpoint goes on the last part ending at its position (after the pruning notice); one
             # that ends inside a pruned card cannot be placed and is left out.
             placed: list[CacheCheckpoint] = []
             parts.extend(segments.parts)
+            characters += segments.characters
             for checkpoint in checkpoints:
                 index = bisect_right(segments.ends, checkpoint.end) - 1
                 if index >= 0 and segments.ends[index] == checkpoint.end:
@@ -307,11 +324,15 @@ class TimelineRenderer:
         parts.append(PromptPart(section="announce", text=render_announce(announce, timeline.announced)))
 
         assert 1 + len(checkpoints) <= MAX_CACHE_BREAKPOINTS  # the system message's and the placed ones
+        characters += sum(len(part.text) for part in parts[-2:]) + len(BLOCK_SEPARATOR) * (len(parts) - 1)
+        # Built from parts this method made: constructed without validating every part again.
         messages = (
-            PromptMessage(role="system", parts=tuple(parts[:1])),
-            PromptMessage(role="user", parts=tuple(parts[1:])),
+            PromptMessage.model_construct(role="system", parts=tuple(parts[:1])),
+            PromptMessage.model_construct(role="user", parts=tuple(parts[1:])),
         )
-        return RenderedPrompt(messages=messages, checkpoints=checkpoints, start=start)
+        return RenderedPrompt.model_construct(
+            messages=messages, checkpoints=checkpoints, start=start, characters=characters
+        )
 
 
 def render_timeline(

@@ -109,6 +109,7 @@ def test_a_checkpoint_inside_a_pruned_card_is_left_out(
     assert [cp.kind for cp in prompt.checkpoints] == ["previous_turn", "tail"]
     checkpointed = [part for part in prompt.parts() if part.cache_checkpoint == "previous_turn"]
     assert [part.text for part in checkpointed] == [PRUNING_NOTICE]
+    assert prompt.characters == len(BLOCK_SEPARATOR.join(part.text for part in prompt.parts()))
 
 
 def test_sources_pool_and_announce_come_after_the_last_checkpoint(
@@ -313,3 +314,4 @@ def test_a_renderer_that_follows_a_growing_timeline_renders_what_a_fresh_one_doe
         step()
         followed = renderer.render(conversation.timeline, system=SYSTEM, sources=SourcesPool(), announce=announce_state)
         assert followed == render(conversation.timeline, announce_state)
+        assert followed.characters == len(BLOCK_SEPARATOR.join(part.text for part in followed.parts()))
