@@ -30,6 +30,7 @@ from berth.storage.conversations import (
     ArtifactWrite,
     BlockRecord,
     ConversationHandle,
+    LoggedBlock,
     SourceRecord,
     TimelineChange,
     TurnCommit,
@@ -72,6 +73,7 @@ class StoredTimeline:
 
     def __init__(self) -> None:
         self._json: dict[int, tuple[Block, str]] = {}
+        self._logged: dict[int, tuple[Block, str, int, int]] = {}
         self._stored: list[Block] = []
 
     def json_of(self, block: Block) -> str:
@@ -89,23 +91,38 @@ class StoredTimeline:
         """Return the stored form of ``block`` (see :func:`block_record`)."""
         return BlockRecord(turn_id=block.turn_id, path=block.path, type=str(block.type), json=self.json_of(block))
 
+    def logged(self, blocks: Sequence[Block], *, round_: int) -> None:
+        """Remember that the turn log holds ``blocks`` as round ``round_``, in order.
+
+        A commit then refers to those log entries instead of writing the blocks a second time.
+        """
+        for position, block in enumerate(blocks):
+            self._logged[id(block)] = (block, block.turn_id, round_, position)
+
     def change(self, blocks: Sequence[Block]) -> TimelineChange:
         """Return what storing ``blocks`` as the timeline changes: the positions whose block is not stored there."""
         stored = self._stored
-        writes = tuple(
-            (position, self.record(block))
-            for position, block in enumerate(blocks)
-            if position >= len(stored) or stored[position] is not block
-        )
-        return TimelineChange(length=len(blocks), writes=writes)
+        logged = self._logged
+        writes: list[tuple[int, BlockRecord | LoggedBlock]] = []
+        for position, block in enumerate(blocks):
+            if position < len(stored) and stored[position] is block:
+                continue
+            record = self.record(block)
+            entry = logged.get(id(block))
+            if entry is not None and entry[0] is block:
+                writes.append((position, LoggedBlock(entry[1], entry[2], entry[3], record)))
+            else:
+                writes.append((position, record))
+        return TimelineChange(length=len(blocks), writes=tuple(writes))
 
     def stored(self, blocks: Sequence[Block]) -> None:
-        """Record that ``blocks`` are now the stored timeline, and forget the JSON held so far.
+        """Record that ``blocks`` are now the stored timeline, and forget the JSON and log places held so far.
 
-        A stored block is written again only if compaction moves it, so its JSON is not worth keeping.
+        A stored block is written again only if compaction moves it, so neither is worth keeping.
         """
         self._stored = list(blocks)
         self._json = {}
+        self._logged = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +267,7 @@ class TurnRecorder:
         self._base_version = base_version
         self._stored_sources = sources
         self._stored = stored
+        self._rounds = 0  # rounds appended to the turn log (the head is round 0)
         self.committed: CommittedTimeline | None = None
         """The timeline as the last :meth:`commit` stored it."""
 
@@ -261,6 +279,8 @@ class TurnRecorder:
             generation=generation,
             head=tuple(self._stored.record(block) for block in head),
         )
+        self._stored.logged(head, round_=0)
+        self._rounds = 0
 
     async def record_round(self, blocks: Sequence[Block], *, sources: SourcesPool) -> int:
         """Append a completed round's blocks and the source rows it changed; return the round index."""
@@ -268,6 +288,8 @@ class TurnRecorder:
         index = await self._handle.append_round(
             self.turn_id, tuple(self._stored.record(block) for block in blocks), sources=changed
         )
+        self._stored.logged(blocks, round_=index)
+        self._rounds = index
         self._stored_sources = sources
         return index
 
@@ -284,12 +306,14 @@ class TurnRecorder:
         usage: TurnUsage | None = None,
         exit_reason: str | None = None,
     ) -> int:
-        """Commit the turn: timeline artifact, changed sources, final round, artifacts, state; return the version.
+        """Commit the turn: timeline change, changed sources, final round, artifacts, state; return the version.
 
         :param usage: the tokens the turn used, for the turn log.
         :param exit_reason: how the turn ended (the loop's outcome), for the turn log.
         """
         blocks = tuple(timeline.blocks)
+        if final_round:  # the commit appends it to the log as the next round (the store checks the reference)
+            self._stored.logged(final_round, round_=self._rounds + 1)
         version = await self._handle.commit_turn(
             TurnCommit(
                 turn_id=self.turn_id,

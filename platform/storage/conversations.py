@@ -34,6 +34,7 @@ __all__ = [
     "ConversationRecord",
     "ConversationSnapshot",
     "ConversationStore",
+    "LoggedBlock",
     "SourceRecord",
     "StorageError",
     "StorageErrorCode",
@@ -51,6 +52,7 @@ StorageErrorCode: TypeAlias = Literal[
     "turn_not_found",
     "turn_not_running",
     "turn_exists",
+    "unknown_logged_block",
     "artifact_not_found",
     "unsafe_artifact_path",
     "conflicting_commit",
@@ -144,17 +146,32 @@ class TurnLog:
 
 
 @dataclass(frozen=True, slots=True)
+class LoggedBlock:
+    """A block the turn log already holds, named by where: the timeline refers to it instead of copying it.
+
+    :ivar record: the block itself (a store may copy it instead of referring to the log).
+    """
+
+    turn_id: str
+    round: int
+    position: int
+    record: BlockRecord
+
+
+@dataclass(frozen=True, slots=True)
 class TimelineChange:
     """How a commit changes the stored timeline: the blocks at some positions, and its new length.
 
     :ivar length: how many blocks the timeline holds after the commit; stored blocks at or past it are
         dropped (compaction shortens the timeline).
     :ivar writes: ``(position, block)`` for every position whose block is new or was swapped (hidden,
-        restored, or shifted by compaction), in ascending order, all below ``length``.
+        restored, or shifted by compaction), in ascending order, all below ``length``. A
+        :class:`LoggedBlock` is one this turn's log holds (including the commit's ``final_round``), at
+        that round and position.
     """
 
     length: int
-    writes: tuple[tuple[int, BlockRecord], ...] = ()
+    writes: tuple[tuple[int, BlockRecord | LoggedBlock], ...] = ()
 
     def __post_init__(self) -> None:
         positions = [position for position, _ in self.writes]

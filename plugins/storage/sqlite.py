@@ -51,12 +51,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Final, Self, TypeVar, cast
+from typing import Final, Literal, Self, TypeVar, cast, overload
 
 from berth.storage.conversations import (
     BlockRecord,
     ConversationRecord,
     ConversationSnapshot,
+    LoggedBlock,
     SourceRecord,
     StorageError,
     TimelineChange,
@@ -125,7 +126,9 @@ CREATE TABLE IF NOT EXISTS timeline (
     turn_id TEXT NOT NULL,
     path TEXT NOT NULL,
     type TEXT NOT NULL,
-    block TEXT NOT NULL,
+    log_round INTEGER,  -- with log_position: the turn_log entry holding the block, when block is NULL
+    log_position INTEGER,
+    block TEXT,
     PRIMARY KEY (conversation, position)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sources (
@@ -163,8 +166,14 @@ _SELECT_TURN: Final = (
 
 
 _INSERT_TIMELINE_ROW: Final = (
-    "INSERT INTO timeline (conversation, position, turn_id, path, type, block) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO timeline (conversation, position, turn_id, path, type, log_round, log_position, block)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_TIMELINE_JOIN_LOG: Final = (
+    "FROM timeline t LEFT JOIN turn_log l ON t.block IS NULL AND l.conversation = t.conversation"
+    " AND l.turn_id = t.turn_id AND l.round = t.log_round AND l.position = t.log_position AND l.path = t.path"
+)
+"""Joins each timeline row that refers to the turn log with the entry it names (the path must match)."""
 
 
 def _now() -> str:
@@ -389,11 +398,28 @@ class SqliteConversationHandle:
             rounds.setdefault(index, []).append(BlockRecord(turn_id=turn_id, path=path, type=type_, json=block))
         return tuple(TurnRound(index=index, blocks=tuple(blocks)) for index, blocks in rounds.items())
 
-    def _load(self, connection: sqlite3.Connection, known_version: int | None) -> ConversationSnapshot:
+    @overload
+    def _load(
+        self, connection: sqlite3.Connection, known_version: int | None, *, only_if: Literal[False] = False
+    ) -> ConversationSnapshot: ...
+
+    @overload
+    def _load(
+        self, connection: sqlite3.Connection, known_version: int | None, *, only_if: Literal[True]
+    ) -> ConversationSnapshot | None: ...
+
+    def _load(
+        self, connection: sqlite3.Connection, known_version: int | None, *, only_if: bool = False
+    ) -> ConversationSnapshot | None:
+        """Read a snapshot; with ``only_if``, only when the stored version is ``known_version`` (else ``None``)."""
         conversation = self._conversation_id(connection)
         if conversation is None:
+            if only_if and known_version != 0:
+                return None
             return ConversationSnapshot(scope=self._scope, timeline=(), version=0, sources=(), turns=(), uncommitted=())
         (version,) = connection.execute("SELECT version FROM conversations WHERE id=?", (conversation,)).fetchone()
+        if only_if and version != known_version:
+            return None
         running = set(self._store.running_turns(conversation))
         stalled = connection.execute(
             "SELECT turn_id FROM turns WHERE conversation=? AND state='running' AND committed=0", (conversation,)
@@ -423,7 +449,9 @@ class SqliteConversationHandle:
             timeline = tuple(
                 BlockRecord(turn_id=turn_id, path=path, type=type_, json=block)
                 for turn_id, path, type_, block in connection.execute(
-                    "SELECT turn_id, path, type, block FROM timeline WHERE conversation=? ORDER BY position",
+                    "SELECT t.turn_id, t.path, t.type, COALESCE(t.block, l.block) "
+                    + _TIMELINE_JOIN_LOG
+                    + " WHERE t.conversation=? ORDER BY t.position",
                     (conversation,),
                 )
             )
@@ -442,10 +470,15 @@ class SqliteConversationHandle:
         :param known_version: the version of a timeline the caller holds; when it is still the stored
             one, the timeline is not read (the snapshot's ``timeline`` is ``None``).
         """
+        database = self._store.database
+        if known_version is not None:
+            # The caller holds the timeline: what is left to read is small, so read it on this thread
+            # when the version still matches; a timeline to read goes to a worker thread.
+            known = await database.write_now(lambda connection: self._load(connection, known_version, only_if=True))
+            if known is not None:
+                return known
         # A write: turns left running by a process that is gone are recorded as interrupted.
-        return await asyncio.to_thread(
-            self._store.database.write, lambda connection: self._load(connection, known_version)
-        )
+        return await asyncio.to_thread(database.write, lambda connection: self._load(connection, known_version))
 
     async def read_turn_log(self, turn_id: str) -> TurnLog:
         """Return one turn's log (every round appended, whatever compaction later dropped)."""
@@ -633,13 +666,32 @@ class SqliteConversationHandle:
 
     @staticmethod
     def _write_timeline(connection: sqlite3.Connection, conversation: int, change: TimelineChange) -> None:
+        """Apply ``change``; a block the turn log holds is stored as a reference to its log entry."""
         connection.execute("DELETE FROM timeline WHERE conversation=? AND position>=?", (conversation, change.length))
+        rows: list[tuple[int, int, str, str, str, int | None, int | None, str | None]] = []
+        for position, write in change.writes:
+            if isinstance(write, LoggedBlock):
+                r = write.record
+                rows.append((conversation, position, r.turn_id, r.path, r.type, write.round, write.position, None))
+            else:
+                rows.append((conversation, position, write.turn_id, write.path, write.type, None, None, write.json))
         connection.executemany(
-            _INSERT_TIMELINE_ROW
-            + " ON CONFLICT (conversation, position) DO UPDATE SET turn_id=excluded.turn_id, path=excluded.path,"
-            " type=excluded.type, block=excluded.block",
-            [(conversation, position, r.turn_id, r.path, r.type, r.json) for position, r in change.writes],
+            _INSERT_TIMELINE_ROW + " ON CONFLICT (conversation, position) DO UPDATE SET turn_id=excluded.turn_id,"
+            " path=excluded.path, type=excluded.type, log_round=excluded.log_round,"
+            " log_position=excluded.log_position, block=excluded.block",
+            rows,
         )
+        if rows:
+            dangling = connection.execute(
+                "SELECT t.position, t.path " + _TIMELINE_JOIN_LOG + " WHERE t.conversation=? AND t.position>=?"
+                " AND t.block IS NULL AND l.block IS NULL LIMIT 1",
+                (conversation, change.writes[0][0]),
+            ).fetchone()
+            if dangling is not None:
+                raise StorageError(
+                    "unknown_logged_block",
+                    f"timeline position {dangling[0]} refers to a turn-log entry that does not hold {dangling[1]!r}",
+                )
 
     async def commit_turn(self, commit: TurnCommit) -> int:
         """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version."""
@@ -695,13 +747,17 @@ class SqliteConversationStore:
                     b["turn_id"],
                     b["path"],
                     b["type"],
+                    None,
+                    None,
                     json.dumps(b, ensure_ascii=False, separators=(",", ":")),
                 )
                 for n, b in enumerate(blocks)
             ]
 
             def work(
-                connection: sqlite3.Connection, conversation: int = conversation, rows: list[tuple[object, ...]] = rows
+                connection: sqlite3.Connection,
+                conversation: int = conversation,
+                rows: Sequence[tuple[object, ...]] = rows,
             ) -> None:
                 connection.execute("DELETE FROM timeline WHERE conversation=?", (conversation,))
                 connection.executemany(_INSERT_TIMELINE_ROW, rows)

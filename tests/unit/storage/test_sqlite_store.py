@@ -17,7 +17,7 @@ from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore,
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, block_record, restore_conversation
 from berth.runtime.sources import Source, SourceRow, SourcesPool
 from berth.runtime.timeline import Timeline
-from berth.storage.conversations import ArtifactWrite, StorageError, TimelineChange, TurnCommit
+from berth.storage.conversations import ArtifactWrite, LoggedBlock, StorageError, TimelineChange, TurnCommit
 from berth.storage.scope import ConversationScope, OwnerScope
 
 run = asyncio.run
@@ -190,6 +190,44 @@ def test_a_commit_writes_only_the_timeline_positions_that_changed(tmp_path: Path
     restored = run(restore_conversation(store.conversation(scope), now=T0))
     assert restored.timeline.turn_ids() == tuple(f"turn_{n}" for n in range(1, 7))
     run(store.aclose())
+
+
+def test_the_timeline_refers_to_the_turn_log_instead_of_copying_its_blocks(
+    store: SqliteConversationStore, scope: ConversationScope, tmp_path: Path
+) -> None:
+    timeline = run_turn(store, scope, "turn_1")
+    with sqlite3.connect(tmp_path / "var" / DATABASE_FILE) as connection:
+        copied = connection.execute("SELECT COUNT(*) FROM timeline WHERE block IS NOT NULL").fetchone()[0]
+        referring = connection.execute("SELECT COUNT(*) FROM timeline WHERE block IS NULL").fetchone()[0]
+    assert (copied, referring) == (0, len(timeline))
+    restored = run(restore_conversation(store.conversation(scope), now=T0))
+    assert restored.timeline.blocks == timeline.blocks
+
+
+def test_a_timeline_reference_to_a_log_entry_that_does_not_hold_the_block_is_refused(
+    store: SqliteConversationStore, scope: ConversationScope
+) -> None:
+    run_turn(store, scope, "turn_1")
+    handle = store.conversation(scope)
+    before = run(handle.load())
+    run(handle.begin_turn("turn_2", started_at=T0, generation=None, head=tuple(map(block_record, head("turn_2")))))
+    prompt = block_record(head("turn_2")[1])
+    wrong_place = LoggedBlock(turn_id="turn_2", round=0, position=0, record=prompt)  # position 0 is the header
+    length = len(before.timeline or ()) + 1
+    bad = TurnCommit(
+        turn_id="turn_2",
+        state="completed",
+        ended_at=T0,
+        base_version=before.version,
+        timeline=TimelineChange(length=length, writes=((length - 1, wrong_place),)),
+    )
+    with pytest.raises(StorageError) as refused:
+        run(handle.commit_turn(bad))
+    assert refused.value.code == "unknown_logged_block"
+    assert "ar:turn_2.user.prompt" in refused.value.message
+    after = run(handle.load())
+    assert (after.timeline, after.version) == (before.timeline, before.version)
+    assert [t.state for t in after.turns] == ["completed", "running"]
 
 
 def test_a_load_that_knows_the_stored_version_skips_the_timeline(
