@@ -59,14 +59,9 @@ class CacheCheckpoint:
     end: int
 
 
-def _complete_round_ends(layout: TurnLayout) -> list[int]:
+def _complete_round_ends(layout: TurnLayout) -> tuple[int, ...]:
     """Return the end index of each round of the turn, up to its first incomplete round."""
-    ends: list[int] = []
-    for round_ in layout.rounds:
-        if not round_.complete:
-            break
-        ends.append(round_.end)
-    return ends
+    return layout.complete_ends
 
 
 def turn_stops(layout: TurnLayout) -> tuple[int, ...]:

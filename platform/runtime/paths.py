@@ -158,6 +158,22 @@ def _validate_turn(turn_id: str, conversation_id: str | None) -> None:
         _check_name(conversation_id, "conversation id", where)
 
 
+_RECENTLY_FORMATTED: dict[str, RecordPath | ToolCallPath] = {}
+_RECENTLY_FORMATTED_LIMIT: Final = 512
+
+
+def _remember_formatted(text: str, path: RecordPath | ToolCallPath) -> None:
+    """Remember that ``text`` is the form of ``path``, which validated itself when it was made.
+
+    The runtime formats a typed path and then makes a block of the text, which parses it again;
+    :func:`parse_path` returns the remembered path instead of parsing the text a second time (the
+    hypothesis tests check that parsing a formatted path gives the path back, so both agree).
+    """
+    if len(_RECENTLY_FORMATTED) >= _RECENTLY_FORMATTED_LIMIT:
+        _RECENTLY_FORMATTED.clear()
+    _RECENTLY_FORMATTED[text] = path
+
+
 def _turn_ref(turn_id: str, conversation_id: str | None) -> str:
     return turn_id if conversation_id is None else f"{conversation_id}/{turn_id}"
 
@@ -177,7 +193,10 @@ class RecordPath:
             _check_name(segment, "record segment", self.record)
 
     def __str__(self) -> str:
-        return f"ar:{_turn_ref(self.turn_id, self.conversation_id)}.{self.record}"
+        text = f"ar:{_turn_ref(self.turn_id, self.conversation_id)}.{self.record}"
+        if self.conversation_id is None:
+            _remember_formatted(text, self)
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +230,10 @@ class ToolCallPath:
             raise _fail("malformed_path", f"tool call part {self.part!r} must be call|code|result|notice", self.part)
 
     def __str__(self) -> str:
-        return f"tc:{_turn_ref(self.turn_id, self.conversation_id)}.{self.call_id}.{self.part}"
+        text = f"tc:{_turn_ref(self.turn_id, self.conversation_id)}.{self.call_id}.{self.part}"
+        if self.conversation_id is None:
+            _remember_formatted(text, self)
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +387,10 @@ def parse_path(text: str, *, conversation_id: str | None = None) -> LogicalPath:
         conversation's id (``conv_x/turn_4``), or qualified while none is bound, is refused.
     :raises LogicalPathError: for every string that is not a valid path; nothing else is raised.
     """
+    if conversation_id is None:
+        formatted = _RECENTLY_FORMATTED.get(text)
+        if formatted is not None:
+            return formatted
     if len(text) > MAX_PATH_LENGTH:
         raise _fail("path_too_long", f"logical paths are at most {MAX_PATH_LENGTH} characters", text)
     if "\x00" in text:

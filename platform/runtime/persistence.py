@@ -203,7 +203,7 @@ async def restore_conversation(
     :param committed: the timeline this process last committed for the conversation, if it knows one;
         it is taken over, and the store does not read its copy, when the store still holds its version.
     """
-    snapshot = await handle.load(known_version=committed.version if committed is not None else None)
+    snapshot = await handle.load(known_version=committed.version if committed is not None else None, turn_index=False)
     reused = committed is not None and snapshot.timeline is None
     if committed is not None and reused:
         timeline, stored = committed.timeline, committed.stored

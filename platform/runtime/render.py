@@ -143,6 +143,9 @@ def visible_start(blocks: Sequence[Block]) -> int:
 
 _PartCache: TypeAlias = dict[tuple[object, ...], tuple[tuple[Block, ...], PromptPart]]
 
+_PART_CACHE_SLACK: Final = 64
+"""Parts a cache may hold beyond twice those of the last render before a full render rebuilds it."""
+
 
 def _round_start(round_: Round) -> int:
     return round_.start
@@ -175,6 +178,23 @@ class _Segments:
     """The block index the last part starts at."""
     characters: int = 0
     """The summed length of the parts' texts."""
+    current_first: int = 0
+    """The index of the current turn's first part."""
+
+    def following(self, timeline: Timeline, current_start: int, keep: int) -> _Segments:
+        """Return segments for the same timeline with the first ``keep`` parts of these, to add to."""
+        return _Segments(
+            timeline,
+            self.revision,
+            self.start,
+            self.pruned_turns,
+            current_start,
+            self.ends[:keep],
+            self.parts[:keep],
+            self.last_start,
+            self.characters - sum(len(part.text) for part in self.parts[keep:]),
+            min(self.current_first, keep),
+        )
 
     def add(self, end: int, part: PromptPart) -> None:
         """Append ``part``, which ends at block index ``end``."""
@@ -244,20 +264,32 @@ class TimelineRenderer:
             and made.current_start == current.start
         ):
             # Only appended since: keep every part but the last, and make the rest of the current turn.
-            segments = _Segments(
-                timeline,
-                made.revision,
-                start,
-                pruned_turns,
-                current.start,
-                made.ends[:-1],
-                made.parts[:-1],
-                0,
-                made.characters - len(made.parts[-1].text),
-            )
+            segments = made.following(timeline, current.start, len(made.parts) - 1)
             self._add_units(segments, "current_turn", blocks, current, made.last_start, self._parts)
             self._segments = segments
             return segments
+        if (
+            made is not None
+            and made.timeline is timeline
+            and made.revision == timeline.revision
+            and made.start == start
+            and made.pruned_turns == pruned_turns
+            and len(layouts) >= 2
+            and layouts[-2].start == made.current_start
+            and layouts[-2].turn_id not in pruned_turns
+            and len(self._parts) <= 2 * len(made.parts) + _PART_CACHE_SLACK
+        ):
+            # A new turn began after the one rendered last: that one becomes history (its parts are
+            # made again in that section), the new one is the current turn; nothing before changes.
+            previous = layouts[-2]
+            segments = made.following(timeline, current.start, made.current_first)
+            self._add_units(segments, "history", blocks, previous, previous.start, self._parts)
+            segments.current_first = len(segments.parts)
+            self._add_units(segments, "current_turn", blocks, current, current.start, self._parts)
+            self._segments = segments
+            return segments
+        # Anything else (a first render, a changed timeline, other pruning, a part cache grown with
+        # parts no render uses any more): make every part, and keep only those in the cache.
         fresh: _PartCache = {}
         segments = _Segments(timeline, timeline.revision, start, pruned_turns, current.start, [], [], start)
         history = len(layouts) - 1  # every turn but the current one; the current one is never pruned
@@ -265,6 +297,8 @@ class TimelineRenderer:
         last_card = max(pruned, default=-1)  # the pruning notice follows the last card
         for number, layout in enumerate(layouts):
             section: PromptSection = "history" if number < history else "current_turn"
+            if number == history:
+                segments.current_first = len(segments.parts)
             if number in pruned:
                 segments.add(layout.end, self._part(section, blocks[layout.start : layout.end], fresh, card=True))
                 if number == last_card:

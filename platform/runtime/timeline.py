@@ -18,7 +18,7 @@ the end of a round never falls inside a multi-block result.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
@@ -70,13 +70,32 @@ class Round:
 
 @dataclass(frozen=True, slots=True)
 class TurnLayout:
-    """Where one turn's blocks lie: ``[start, head_end)`` is its head, then its rounds, up to ``end``."""
+    """Where one turn's blocks lie: ``[start, head_end)`` is its head, then its rounds, up to ``end``.
+
+    ``complete_ends`` is the end of each round up to the first incomplete one (where a cached prefix
+    may stop); it is computed with the layout, and extended with it, so reading it costs nothing.
+    """
 
     turn_id: str
     start: int
     head_end: int
     end: int
     rounds: tuple[Round, ...]
+    complete_ends: tuple[int, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.complete_ends and self.rounds and self.rounds[0].complete:
+            object.__setattr__(self, "complete_ends", _complete_ends(self.rounds))
+
+
+def _complete_ends(rounds: Sequence[Round], known: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """Extend ``known`` (the ends of ``rounds[:len(known)]``, all complete) up to the first incomplete round."""
+    ends = list(known)
+    for round_ in rounds[len(known) :]:
+        if not round_.complete:
+            break
+        ends.append(round_.end)
+    return tuple(ends)
 
 
 def _round_key(block: Block) -> str | None:
@@ -131,7 +150,17 @@ def _extend_layout(blocks: Sequence[Block], layout: TurnLayout) -> TurnLayout:
     if not layout.rounds:
         return layout_turn(blocks, layout.start, end)
     rounds = layout.rounds[:-1] + _layout_rounds(blocks, layout.rounds[-1].start, end)
-    return TurnLayout(turn_id=layout.turn_id, start=layout.start, head_end=layout.head_end, end=end, rounds=rounds)
+    # Every round but the last is final; the ends known for them stay (the last one's may change).
+    kept = layout.complete_ends[: len(layout.rounds) - 1]
+    complete = kept if len(kept) < len(layout.rounds) - 1 else _complete_ends(rounds, kept)
+    return TurnLayout(
+        turn_id=layout.turn_id,
+        start=layout.start,
+        head_end=layout.head_end,
+        end=end,
+        rounds=rounds,
+        complete_ends=complete,
+    )
 
 
 def _make_round(key: str, start: int, end: int, has_result: bool) -> Round:

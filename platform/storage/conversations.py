@@ -258,11 +258,13 @@ class ConversationHandle(Protocol):
         """The tenant, project, user and conversation every operation of this handle is limited to."""
         ...
 
-    async def load(self, *, known_version: int | None = None) -> ConversationSnapshot:
+    async def load(self, *, known_version: int | None = None, turn_index: bool = True) -> ConversationSnapshot:
         """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns.
 
         :param known_version: the version of a timeline the caller already holds; when the store still
             holds that version, the snapshot's ``timeline`` is ``None`` instead of a copy of it.
+        :param turn_index: with ``False``, ``turns`` may hold only the interrupted turns (those of
+            ``uncommitted``): a turn starting needs no more, and a long conversation's index costs.
         """
         ...
 

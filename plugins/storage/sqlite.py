@@ -400,16 +400,26 @@ class SqliteConversationHandle:
 
     @overload
     def _load(
-        self, connection: sqlite3.Connection, known_version: int | None, *, only_if: Literal[False] = False
+        self,
+        connection: sqlite3.Connection,
+        known_version: int | None,
+        *,
+        only_if: Literal[False] = False,
+        turn_index: bool = True,
     ) -> ConversationSnapshot: ...
 
     @overload
     def _load(
-        self, connection: sqlite3.Connection, known_version: int | None, *, only_if: Literal[True]
+        self, connection: sqlite3.Connection, known_version: int | None, *, only_if: Literal[True], turn_index: bool
     ) -> ConversationSnapshot | None: ...
 
     def _load(
-        self, connection: sqlite3.Connection, known_version: int | None, *, only_if: bool = False
+        self,
+        connection: sqlite3.Connection,
+        known_version: int | None,
+        *,
+        only_if: bool = False,
+        turn_index: bool = True,
     ) -> ConversationSnapshot | None:
         """Read a snapshot; with ``only_if``, only when the stored version is ``known_version`` (else ``None``)."""
         conversation = self._conversation_id(connection)
@@ -428,8 +438,12 @@ class SqliteConversationHandle:
             "UPDATE turns SET state='interrupted' WHERE conversation=? AND turn_id=?",
             [(conversation, turn_id) for (turn_id,) in stalled if turn_id not in running],
         )
+        # The whole index only when asked for; the logs of interrupted turns always.
         turn_rows = connection.execute(
-            _SELECT_TURN + ", committed FROM turns WHERE conversation=? ORDER BY seq",
+            _SELECT_TURN
+            + ", committed FROM turns WHERE conversation=?"
+            + ("" if turn_index else " AND state='interrupted' AND committed=0")
+            + " ORDER BY seq",
             (conversation,),
         ).fetchall()
         turns = tuple(_turn_record(row[:-1]) for row in turn_rows)
@@ -464,21 +478,27 @@ class SqliteConversationHandle:
             uncommitted=uncommitted,
         )
 
-    async def load(self, *, known_version: int | None = None) -> ConversationSnapshot:
+    async def load(self, *, known_version: int | None = None, turn_index: bool = True) -> ConversationSnapshot:
         """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns.
 
         :param known_version: the version of a timeline the caller holds; when it is still the stored
             one, the timeline is not read (the snapshot's ``timeline`` is ``None``).
+        :param turn_index: with ``False``, ``turns`` holds only the interrupted turns of ``uncommitted``
+            (what a turn needs to start, without reading every turn's record).
         """
         database = self._store.database
         if known_version is not None:
             # The caller holds the timeline: what is left to read is small, so read it on this thread
             # when the version still matches; a timeline to read goes to a worker thread.
-            known = await database.write_now(lambda connection: self._load(connection, known_version, only_if=True))
+            known = await database.write_now(
+                lambda connection: self._load(connection, known_version, only_if=True, turn_index=turn_index)
+            )
             if known is not None:
                 return known
         # A write: turns left running by a process that is gone are recorded as interrupted.
-        return await asyncio.to_thread(database.write, lambda connection: self._load(connection, known_version))
+        return await asyncio.to_thread(
+            database.write, lambda connection: self._load(connection, known_version, turn_index=turn_index)
+        )
 
     async def read_turn_log(self, turn_id: str) -> TurnLog:
         """Return one turn's log (every round appended, whatever compaction later dropped)."""

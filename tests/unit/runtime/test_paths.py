@@ -188,6 +188,15 @@ def test_parse_after_format_is_the_identity_on_valid_paths(path: LogicalPath) ->
     assert format_path(parsed) == text
 
 
+@PROPERTY
+@given(valid_paths.filter(lambda path: getattr(path, "conversation_id", None) is None))
+def test_a_path_just_formatted_parses_to_what_the_parser_makes_of_its_text(path: LogicalPath) -> None:
+    text = format_path(path)  # remembered by record and tool-call paths: parse_path returns it
+    remembered = parse_path(text)
+    parsed = parse_path(text, conversation_id="conv_mine")  # a bound conversation: always parsed
+    assert remembered == parsed == path
+
+
 GRAMMAR_ALPHABET = "arctfisouwkl_:./[]-,0123456789 \\\x00%~"
 grammar_like = st.builds(
     "".join,

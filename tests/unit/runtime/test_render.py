@@ -309,6 +309,10 @@ def test_a_renderer_that_follows_a_growing_timeline_renders_what_a_fresh_one_doe
         ),
         lambda: conversation.tool_round("c3"),
         lambda: conversation.final(),
+        lambda: conversation.turn("turn_3"),  # the renderer keeps the earlier turns' parts
+        lambda: conversation.tool_round("c1"),
+        lambda: conversation.final().turn("turn_4"),
+        lambda: conversation.tool_round("c1", result_parts=2),
     ]
     for step in steps:
         step()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from berth.runtime.blocks import BlockType
-from berth.runtime.timeline import FINAL_ROUND_KEY, Timeline, TimelineError, TimelinePayload
+from berth.runtime.timeline import FINAL_ROUND_KEY, Timeline, TimelineError, TimelinePayload, TurnLayout
 
 if TYPE_CHECKING:
     from runtime_builders import ConversationBuilder
@@ -155,20 +155,28 @@ def test_unhide_of_a_visible_block_is_refused(conversation: ConversationBuilder)
 def test_layouts_stay_right_as_a_timeline_grows_is_hidden_and_compacted(conversation: ConversationBuilder) -> None:
     timeline = conversation.timeline
 
-    def fresh() -> tuple[object, ...]:
-        return Timeline(timeline.blocks).turn_layouts()
+    def laid_out(layouts: tuple[TurnLayout, ...]) -> list[tuple[TurnLayout, tuple[int, ...]]]:
+        return [(layout, layout.complete_ends) for layout in layouts]
+
+    def fresh() -> list[tuple[TurnLayout, tuple[int, ...]]]:
+        return laid_out(Timeline(timeline.blocks).turn_layouts())
 
     conversation.full_turn("turn_1", rounds=2).turn("turn_2").tool_round("c1")
-    assert timeline.turn_layouts() == fresh()
+    assert laid_out(timeline.turn_layouts()) == fresh()
     conversation.tool_round("c2")  # the cached last turn grows
     timeline.hide("tc:turn_2.c2.result", "hidden", editable_from=0)
-    assert timeline.turn_layouts() == fresh()
+    assert laid_out(timeline.turn_layouts()) == fresh()
+    timeline.contribute(*conversation.round_blocks("c3")[:2])  # an incomplete round: later ones are not stops
+    assert laid_out(timeline.turn_layouts()) == fresh()
+    conversation.tool_round("c4")
+    assert laid_out(timeline.turn_layouts()) == fresh()
+    assert timeline.turn_layouts()[-1].complete_ends == tuple(r.end for r in timeline.turn_layouts()[-1].rounds[:2])
     conversation.final().turn("turn_3")
-    assert timeline.turn_layouts() == fresh()
+    assert laid_out(timeline.turn_layouts()) == fresh()
     summary = conversation.block(
         BlockType.CONV_RANGE_SUMMARY, "su:turn_3.conv.range.summary", text="turns 1-2", meta={}
     )
     timeline.replace_prefix(len(timeline) - 2, summary)
-    assert timeline.turn_layouts() == fresh()
+    assert laid_out(timeline.turn_layouts()) == fresh()
     assert timeline.latest_summary_index == 0
     assert Timeline(timeline.blocks).latest_summary_index == 0

@@ -230,6 +230,23 @@ def test_a_timeline_reference_to_a_log_entry_that_does_not_hold_the_block_is_ref
     assert [t.state for t in after.turns] == ["completed", "running"]
 
 
+def test_a_load_without_the_turn_index_still_returns_the_interrupted_turns(
+    tmp_path: Path, scope: ConversationScope
+) -> None:
+    root = tmp_path / "var"
+    store = open_store(root)
+    run_turn(store, scope, "turn_1")
+    handle = store.conversation(scope)
+    run(handle.begin_turn("turn_2", started_at=T0, generation=None, head=tuple(map(block_record, head("turn_2")))))
+    run(store.aclose())
+    store = open_store(root)  # another instance: turn_2 was left running by a process that is gone
+    snapshot = run(store.conversation(scope).load(turn_index=False))
+    assert [t.turn_id for t in snapshot.turns] == ["turn_2"]
+    assert [log.turn.turn_id for log in snapshot.uncommitted] == ["turn_2"]
+    assert [t.turn_id for t in run(store.conversation(scope).load()).turns] == ["turn_1", "turn_2"]
+    run(store.aclose())
+
+
 def test_a_load_that_knows_the_stored_version_skips_the_timeline(
     store: SqliteConversationStore, scope: ConversationScope
 ) -> None:
