@@ -13,7 +13,8 @@ builds one provider per configured model with ``factory(model_ref, secrets)``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Annotated, Literal, Protocol, TypeAlias, runtime_checkable
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -97,13 +98,16 @@ class Usage(BaseModel):
         )
 
 
-class TextDelta(BaseModel):
-    """A piece of the model's response text, in order."""
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the model's response text, in order.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A plain slotted dataclass, not a pydantic model: a provider makes one per streamed chunk, and a
+    chunk's text needs no validation.
+    """
 
-    type: Literal["text_delta"] = "text_delta"
     text: str
+    type: Literal["text_delta"] = "text_delta"
 
 
 class ModelCompleted(BaseModel):
@@ -117,7 +121,7 @@ class ModelCompleted(BaseModel):
     stop_sequence: str | None = None
 
 
-ModelEvent: TypeAlias = Annotated[TextDelta | ModelCompleted, Field(discriminator="type")]
+ModelEvent: TypeAlias = TextDelta | ModelCompleted
 """What :meth:`ModelProvider.stream` yields."""
 
 

@@ -77,8 +77,7 @@ def function_tool(tool_id: str, spec: ToolSpec) -> RuntimeTool:
     """Wrap a ``@tool`` function (bundle or tool pack) as a runtime tool."""
 
     async def run(params: BaseModel, state: TurnState) -> Any:
-        arguments = {name: getattr(params, name) for name in spec.params_model.model_fields}
-        return await spec.invoke(arguments)
+        return await spec.call(params)  # validated by the caller, which also applies the tool's timeout
 
     return RuntimeTool(
         tool_id=tool_id,

@@ -69,16 +69,21 @@ class ToolSpec:
         return self.params_model.model_validate(dict(params))
 
     async def invoke(self, params: Mapping[str, Any]) -> Any:
-        """Validate ``params`` and call the function; a sync function runs in a worker thread."""
-        validated = self.validate_params(params)
-        arguments = {name: getattr(validated, name) for name in self.params_model.model_fields}
-        if self.is_async:
-            call = cast(Callable[..., Awaitable[Any]], self.function)(**arguments)
-        else:
-            call = asyncio.to_thread(self.function, **arguments)
+        """Validate ``params`` and call the function within its timeout; a sync function runs in a worker thread."""
+        call = self.call(self.validate_params(params))
         if self.timeout_s is None:
             return await call
         return await asyncio.wait_for(call, self.timeout_s)
+
+    def call(self, validated: BaseModel) -> Awaitable[Any]:
+        """Call the function with params already validated by :meth:`validate_params`, without a timeout.
+
+        For a caller that validates first and applies the timeout itself (the runtime does both).
+        """
+        arguments = {name: getattr(validated, name) for name in self.params_model.model_fields}
+        if self.is_async:
+            return cast(Callable[..., Awaitable[Any]], self.function)(**arguments)
+        return asyncio.to_thread(self.function, **arguments)
 
 
 @overload
