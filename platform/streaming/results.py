@@ -219,7 +219,7 @@ class ResultRecorder:
         if record.spec.format == "json":
             parsed, problem = parse_json_channel(raw_text, record.spec.json_model)
         record.instances.append(
-            InstanceResult.model_construct(  # built from what the parser checked: not validated again
+            InstanceResult(
                 instance=self._open_instance,
                 raw_text=raw_text,
                 parsed=parsed,
@@ -237,7 +237,7 @@ class ResultRecorder:
     def result(self, *, stopped_by: StreamProblem | None = None, subscriber_failures: int = 0) -> StreamResult:
         """Build the results; call once the stream has finished."""
         channels = {
-            name: ChannelResult.model_construct(  # built from the recorder's own records
+            name: ChannelResult(
                 name=name,
                 format=record.spec.format,
                 declared=record.declared,
