@@ -31,7 +31,7 @@ from berth.runtime.mcp_tools import add_mcp_tools
 from berth.runtime.memory import MemorySearch
 from berth.runtime.paths import RecordPath
 from berth.runtime.persistence import TurnRecorder, restore_conversation
-from berth.runtime.plan import apply_step_markers
+from berth.runtime.plan import PlanBookCache, apply_step_markers
 from berth.runtime.protocol import (
     DECISION_CHANNELS,
     PROTOCOL_TEXT,
@@ -143,7 +143,8 @@ class TurnRunner:
         resident = self._resident.take(turn.scope)
         restored = await restore_conversation(handle, now=now, committed=resident.committed if resident else None)
         timeline, sources = restored.timeline, restored.sources
-        renderer = resident.renderer if resident is not None and restored.reused else TimelineRenderer()
+        reused = resident if resident is not None and restored.reused else None
+        renderer = reused.renderer if reused is not None else TimelineRenderer()
         last_request_at = timeline.blocks[-1].ts if len(timeline) else None
         bundle = BundleView(
             bundle_id=generation.bundle_id,
@@ -161,6 +162,7 @@ class TurnRunner:
             workspace=Workspace(turn.turn_id, handle),
             clock=self._clock,
             memory=memory,
+            plans=reused.plans if reused is not None else PlanBookCache(),
         )
         agent = generation.hooks.agent(context)
         react = self._react_settings(context, agent.react if agent else {})
@@ -213,7 +215,7 @@ class TurnRunner:
                 exit_reason=outcome,
             )
             if recorder.committed is not None:
-                self._resident.keep(turn.scope, ResidentConversation(recorder.committed, renderer))
+                self._resident.keep(turn.scope, ResidentConversation(recorder.committed, renderer, state.plans))
             if memory is not None:
                 ordinals = {turn_id: n for n, turn_id in enumerate(state.timeline.turn_ids(), start=1)}
                 await memory.index_blocks([*head, *final], turn_ordinals=ordinals)

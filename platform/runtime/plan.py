@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from berth.runtime.blocks import Block, BlockType, UtcTimestamp
 from berth.runtime.paths import PlanAliasPath, RecordPath
+from berth.runtime.timeline import Timeline
 
 __all__ = [
     "STEP_MARKERS",
@@ -297,3 +298,25 @@ def apply_step_markers(
         _snapshot_block(updated, turn_id=turn_id, now=now, call_id=call_id),
         _ack_block(ack, current.plan_id, turn_id=turn_id, now=now, call_id=call_id),
     )
+
+
+class PlanBookCache:
+    """The plan book of a timeline, kept current by reading only the blocks appended since the last read.
+
+    A changed timeline (another object, or blocks swapped: hide, compaction) is read again whole.
+    Kept with a resident conversation, so a turn does not re-read every earlier turn's plans.
+    """
+
+    def __init__(self) -> None:
+        self._entry: tuple[Timeline, int, int, PlanBook] | None = None
+
+    def book(self, timeline: Timeline) -> PlanBook:
+        """Return the plans as ``timeline`` records them now."""
+        blocks, revision = timeline.blocks, timeline.revision
+        cached = self._entry
+        if cached is not None and cached[0] is timeline and cached[1] == revision and cached[2] <= len(blocks):
+            book = cached[3] if cached[2] == len(blocks) else cached[3].extended(blocks[cached[2] :])
+        else:
+            book = PlanBook.from_blocks(blocks)
+        self._entry = (timeline, revision, len(blocks), book)
+        return book

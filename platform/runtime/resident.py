@@ -1,19 +1,21 @@
 """Conversations kept in memory between turns: what a conversation's next turn in this process reuses.
 
 A conversation's turns usually run one after another in the same process. After a commit, the turn
-leaves behind the timeline it committed (with its cached layouts and the JSON of its blocks) and the
-renderer that rendered it. The next turn takes both over when the store still holds that version — no
-parsing of the stored artifact, no laying out or rendering of blocks already rendered — so starting a
-turn costs what changed, not what the conversation holds. A version committed elsewhere is not reused,
-and a turn that ends without a commit leaves nothing behind (it took the entry when it started).
+leaves behind the timeline it committed (with its cached layouts and what the store holds of it), the
+renderer that rendered it and the plan book read from it. The next turn takes them over when the store
+still holds that version — no reading or parsing of the stored timeline, no laying out, rendering or
+plan reading of blocks already seen — so starting a turn costs what changed, not what the conversation
+holds. A version committed elsewhere is not reused, and a turn that ends without a commit leaves nothing
+behind (it took the entry when it started).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from berth.runtime.persistence import CommittedTimeline
+from berth.runtime.plan import PlanBookCache
 from berth.runtime.render import TimelineRenderer
 from berth.storage.scope import ConversationScope
 
@@ -29,6 +31,7 @@ class ResidentConversation:
 
     committed: CommittedTimeline
     renderer: TimelineRenderer
+    plans: PlanBookCache = field(default_factory=PlanBookCache)
 
 
 class ResidentConversations:

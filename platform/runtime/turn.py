@@ -11,7 +11,7 @@ from berth.bundle.knowledge import KnowledgeDocument
 from berth.bundle.skills import Skill
 from berth.runtime.blocks import Block
 from berth.runtime.memory import MemorySearch
-from berth.runtime.plan import PlanBook
+from berth.runtime.plan import PlanBook, PlanBookCache
 from berth.runtime.sources import SourcesPool
 from berth.runtime.timeline import Timeline
 from berth.runtime.workspace import Workspace
@@ -50,8 +50,8 @@ class TurnState:
     pending_blocks: list[Block] = field(default_factory=list)
     _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _plan_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    # The plan book as of (timeline, its revision, blocks read): blocks appended since are read on top.
-    _plans: tuple[Timeline, int, int, PlanBook] | None = field(default=None, repr=False)
+    plans: PlanBookCache = field(default_factory=PlanBookCache, repr=False)
+    """The plan book, read incrementally (a resident conversation hands its cache to the next turn)."""
 
     def now(self) -> datetime:
         """The current UTC time (injectable for tests)."""
@@ -67,12 +67,4 @@ class TurnState:
 
     def plan_book(self) -> PlanBook:
         """The plans as the timeline records them now."""
-        timeline = self.timeline
-        blocks, revision = timeline.blocks, timeline.revision
-        cached = self._plans
-        if cached is not None and cached[0] is timeline and cached[1] == revision and cached[2] <= len(blocks):
-            book = cached[3] if cached[2] == len(blocks) else cached[3].extended(blocks[cached[2] :])
-        else:
-            book = PlanBook.from_blocks(blocks)
-        self._plans = (timeline, revision, len(blocks), book)
-        return book
+        return self.plans.book(self.timeline)
