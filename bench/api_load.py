@@ -1,9 +1,19 @@
 """Load on the HTTP API: concurrent conversations streaming turns from one uvicorn worker.
 
 Berth (``berth run`` with the scripted model, embedded storage, auth none) against a bare FastAPI app that
-streams the same SSE bytes as a plain ``StreamingResponse`` — both in their own process on loopback, the
-load generator in this one, one httpx client per conversation task. Prints turns/s, time to the first
-answer delta (p50/p99), errors, and the ratios.
+streams the same SSE bytes as a plain ``StreamingResponse`` — each server in its own process on loopback,
+the load generator in this one. The load generator is :mod:`loadgen`: raw HTTP/1.1 on one keep-alive
+connection per simulated user, opened before the clock starts (httpx cost more CPU per request than the
+bare endpoint does, so with it the baseline measured the client; and 200 simultaneous connects put the
+listen backlog, not the server, into the p99). Two measurements per arm:
+
+* **throughput** (closed loop): every user runs ``--turns`` turns back to back; turns/s and the ratio;
+* **latency** (open loop): turns arrive at a fixed rate — half of Berth's measured throughput unless
+  ``--rate`` says otherwise, the same for both arms — each taken by an idle user; time from arrival to
+  the first answer delta, p50/p99, and what Berth adds to the bare endpoint's. (At saturation every
+  turn waits behind all the others, so a closed loop measures queue length, not the platform.)
+
+A Berth turn is two requests (``POST …/turns``, then ``GET`` its events); the bare arm is one ``GET``.
 
     .venv/bin/python bench/api_load.py --conversations 200 --turns 2
 """
@@ -22,12 +32,12 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import yaml
+from loadgen import Connection, HttpError, first_answer_delta
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWER = (
@@ -105,67 +115,96 @@ class Run:
         ]
 
 
-async def first_answer_delta(response: httpx.Response) -> float | None:
-    """Absolute time (perf_counter) of the first answer delta; reads the rest of the stream."""
-    first: float | None = None
-    event = ""
-    async for line in response.aiter_lines():
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: ") and event == "channel.delta" and first is None:
-            if json.loads(line[6:]).get("marker") == "answer":
-                first = time.perf_counter()
-        elif event == "turn.failed" and line.startswith("data: "):
-            raise RuntimeError(line)
-    return first
+class User:
+    """One simulated user: a keep-alive connection and, for Berth, its conversation."""
+
+    def __init__(self, port: int) -> None:
+        self.connection = Connection("127.0.0.1", port)
+        self.conversation = ""
+
+    async def berth_turn(self, n: int) -> float | None:
+        """Start a turn and read its events; return when the first answer delta arrived."""
+        headers = await self.connection.request(
+            "POST", f"/v1/default/default/conversations/{self.conversation}/turns", {"message": f"question {n}"}
+        )
+        url = json.loads(await self.connection.body(headers))["events_url"]
+        return await first_answer_delta(self.connection, await self.connection.request("GET", url))
+
+    async def bare_turn(self, n: int) -> float | None:
+        """Stream the recorded frames once; return when the first answer delta arrived."""
+        return await first_answer_delta(self.connection, await self.connection.request("GET", "/stream"))
 
 
-async def berth_task(base: str, turns: int, run: Run) -> None:
-    async with httpx.AsyncClient(base_url=base, timeout=120) as client:
-        try:
-            created = await client.post("/v1/default/default/conversations", json={})
-            conversation = created.json()["id"]
-            for n in range(turns):
-                started = time.perf_counter()
-                turn = await client.post(
-                    f"/v1/default/default/conversations/{conversation}/turns", json={"message": f"question {n}"}
-                )
-                url = turn.json()["events_url"]
-                async with client.stream("GET", url) as response:
-                    delay = await first_answer_delta(response)
-                if delay is None:
-                    run.errors += 1
-                    continue
-                run.first_delta_s.append(delay - started)
-                run.turns += 1
-        except Exception:
-            run.errors += 1
+async def open_users(port: int, count: int, *, berth: bool) -> list[User]:
+    """Connect ``count`` users (and create a conversation each on Berth), before anything is timed."""
+    users = [User(port) for _ in range(count)]
+    for user in users:
+        await user.connection.open()
+        if berth:
+            headers = await user.connection.request("POST", "/v1/default/default/conversations", {})
+            user.conversation = json.loads(await user.connection.body(headers))["id"]
+    return users
 
 
-async def bare_task(base: str, turns: int, run: Run) -> None:
-    async with httpx.AsyncClient(base_url=base, timeout=120) as client:
-        for _ in range(turns):
+async def throughput(name: str, port: int, conversations: int, turns: int, *, berth: bool) -> Run:
+    """Closed loop: every user runs ``turns`` turns back to back."""
+    users = await open_users(port, conversations, berth=berth)
+    run = Run(name)
+
+    async def user_loop(user: User) -> None:
+        for n in range(turns):
             started = time.perf_counter()
             try:
-                async with client.stream("GET", "/stream") as response:
-                    delay = await first_answer_delta(response)
-            except Exception:
+                delay = await (user.berth_turn(n) if berth else user.bare_turn(n))
+            except (HttpError, OSError, asyncio.IncompleteReadError, ValueError):
                 run.errors += 1
-                continue
+                return
             if delay is None:
                 run.errors += 1
                 continue
             run.first_delta_s.append(delay - started)
             run.turns += 1
 
-
-async def load(
-    name: str, task: Callable[[str, int, Run], Awaitable[None]], base: str, conversations: int, turns: int
-) -> Run:
-    run = Run(name)
     started = time.perf_counter()
-    await asyncio.gather(*(task(base, turns, run) for _ in range(conversations)))
+    await asyncio.gather(*(user_loop(user) for user in users))
     run.elapsed_s = time.perf_counter() - started
+    for user in users:
+        await user.connection.close()
+    return run
+
+
+async def latency(name: str, port: int, conversations: int, rate: float, arrivals: int, *, berth: bool) -> Run:
+    """Open loop: ``arrivals`` turns arrive ``rate`` per second, each taken by an idle user."""
+    users = await open_users(port, conversations, berth=berth)
+    idle: asyncio.Queue[User] = asyncio.Queue()
+    for user in users:
+        idle.put_nowait(user)
+    run = Run(name)
+
+    async def one(n: int, arrived: float) -> None:
+        user = await idle.get()  # waiting for an idle user counts: it is part of the latency
+        try:
+            delay = await (user.berth_turn(n) if berth else user.bare_turn(n))
+        except (HttpError, OSError, asyncio.IncompleteReadError, ValueError):
+            run.errors += 1
+            return
+        idle.put_nowait(user)
+        if delay is None:
+            run.errors += 1
+            return
+        run.first_delta_s.append(delay - arrived)
+        run.turns += 1
+
+    tasks = []
+    started = time.perf_counter()
+    for n in range(arrivals):
+        due = started + n / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))  # pacing the arrivals, not a test wait
+        tasks.append(asyncio.create_task(one(n, due)))
+    await asyncio.gather(*tasks)
+    run.elapsed_s = time.perf_counter() - started
+    for user in users:
+        await user.connection.close()
     return run
 
 
@@ -181,92 +220,96 @@ def capture_frames(base: str) -> list[str]:
     return [frame + "\n\n" for frame in text.split("\n\n") if frame.strip() and not frame.startswith(":")]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conversations", type=int, default=200)
-    parser.add_argument("--turns", type=int, default=2)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        script = work / "script.yaml"
-        script.write_text(yaml.safe_dump({"chunk_size": 24, "repeat": True, "responses": [ANSWER]}))
-        descriptors = work / "descriptors"
-        descriptors.mkdir()
-        (descriptors / "assembly.yaml").write_text(
-            yaml.safe_dump({"platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}}})
-        )
-        (descriptors / "bundles.yaml").write_text(
-            yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
-        )
-        berth_port, bare_port = free_port(), free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
-        berth = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "berth"),
-                "run",
-                "--descriptors",
-                str(descriptors),
-                "--port",
-                str(berth_port),
-                "--var",
-                str(work / "var"),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            base = f"http://127.0.0.1:{berth_port}"
-            wait_ready(base + "/readyz", berth)
-            frames = capture_frames(base)
-            (work / "frames.txt").write_text("\x1e".join(frames))
-            (work / "bare.py").write_text(BARE_APP)
-            bare = subprocess.Popen(
-                [sys.executable, str(work / "bare.py"), str(work / "frames.txt"), str(bare_port)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                bare_base = f"http://127.0.0.1:{bare_port}"
-                wait_ready(bare_base + "/docs", bare)
-                bare_run = asyncio.run(
-                    load("bare StreamingResponse", bare_task, bare_base, args.conversations, args.turns)
-                )
-                berth_run = asyncio.run(
-                    load("berth (scripted model)", berth_task, base, args.conversations, args.turns)
-                )
-            finally:
-                bare.terminate()
-                bare.wait(10)
-        finally:
-            berth.terminate()
-            berth.wait(20)
-    print(f"machine: {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}")
-    print(
-        f"{args.conversations} concurrent conversations x {args.turns} turns, one uvicorn worker each side, "
-        f"{len(frames)} SSE frames per turn\n"
-    )
-    header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "errors"]
-    rows = [header, bare_run.row(), berth_run.row()]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+def print_table(rows: list[list[str]]) -> None:
+    """Print rows as aligned columns (the first left-aligned)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(
             "  ".join(
-                cell.rjust(width) if i else cell.ljust(width)
-                for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+                cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
             )
         )
-    base_p50 = statistics.median(bare_run.first_delta_s)
-    berth_p50 = statistics.median(berth_run.first_delta_s)
-    ordered_bare, ordered_berth = sorted(bare_run.first_delta_s), sorted(berth_run.first_delta_s)
-    ratio = (berth_run.turns / berth_run.elapsed_s) / (bare_run.turns / bare_run.elapsed_s)
-    print(f"\nberth / bare streams per second: {ratio:.2f} (target >= 0.60)")
-    added_p99 = percentile(ordered_berth, 0.99) - percentile(ordered_bare, 0.99)
-    print(
-        f"added first-delta latency: p50 {1000 * (berth_p50 - base_p50):.1f} ms, p99 {1000 * added_p99:.1f} ms "
-        "(target p99 < 50 ms)"
+
+
+def p99(run: Run) -> float:
+    """The 99th percentile of a run's first-delta times, in seconds."""
+    return percentile(sorted(run.first_delta_s), 0.99) if run.first_delta_s else float("nan")
+
+
+def start_servers(work: Path) -> tuple[subprocess.Popen[bytes], int, subprocess.Popen[bytes], int, int]:
+    """Start Berth and the bare app on free loopback ports; return both processes, ports and frames per turn."""
+    script = work / "script.yaml"
+    script.write_text(yaml.safe_dump({"chunk_size": 24, "repeat": True, "responses": [ANSWER]}))
+    descriptors = work / "descriptors"
+    descriptors.mkdir()
+    (descriptors / "assembly.yaml").write_text(
+        yaml.safe_dump({"platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}}})
     )
-    print("berth's time includes creating the turn (POST) and the model's scripted stream; bare only streams")
+    (descriptors / "bundles.yaml").write_text(
+        yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
+    )
+    berth_port, bare_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+    berth_command = [str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]
+    berth_command += ["--port", str(berth_port), "--var", str(work / "var")]
+    berth = subprocess.Popen(berth_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(f"http://127.0.0.1:{berth_port}/readyz", berth)
+    frames = capture_frames(f"http://127.0.0.1:{berth_port}")
+    (work / "frames.txt").write_text("\x1e".join(frames))
+    (work / "bare.py").write_text(BARE_APP)
+    bare_command = [sys.executable, str(work / "bare.py"), str(work / "frames.txt"), str(bare_port)]
+    bare = subprocess.Popen(bare_command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(f"http://127.0.0.1:{bare_port}/docs", bare)
+    return berth, berth_port, bare, bare_port, len(frames)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conversations", type=int, default=200, help="simulated users (connections)")
+    parser.add_argument("--turns", type=int, default=2, help="turns per user in the throughput run")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="arrivals/s of the latency run (default: half Berth's)"
+    )
+    parser.add_argument("--arrivals", type=int, default=400, help="turns in the latency run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        berth, berth_port, bare, bare_port, frames = start_servers(Path(tmp))
+        try:
+            bare_run = asyncio.run(
+                throughput("bare StreamingResponse", bare_port, args.conversations, args.turns, berth=False)
+            )
+            berth_run = asyncio.run(
+                throughput("berth (scripted model)", berth_port, args.conversations, args.turns, berth=True)
+            )
+            rate = args.rate or round(0.5 * berth_run.turns / berth_run.elapsed_s, 1)
+            bare_latency = asyncio.run(
+                latency("bare StreamingResponse", bare_port, args.conversations, rate, args.arrivals, berth=False)
+            )
+            berth_latency = asyncio.run(
+                latency("berth (scripted model)", berth_port, args.conversations, rate, args.arrivals, berth=True)
+            )
+        finally:
+            for process in (bare, berth):
+                process.terminate()
+                process.wait(20)
+    print(f"machine: {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}")
+    print(f"one uvicorn worker each side, {frames} SSE frames per turn, load generator: bench/loadgen.py\n")
+    header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "errors"]
+    print(f"throughput: {args.conversations} users x {args.turns} turns back to back")
+    print_table([header, bare_run.row(), berth_run.row()])
+    ratio = (berth_run.turns / berth_run.elapsed_s) / (bare_run.turns / bare_run.elapsed_s)
+    print(f"berth / bare streams per second: {ratio:.2f} (target >= 0.60)\n")
+    print(f"latency: {args.arrivals} turns arriving at {rate:g}/s over {args.conversations} users")
+    print_table([header, bare_latency.row(), berth_latency.row()])
+    added_p50 = statistics.median(berth_latency.first_delta_s) - statistics.median(bare_latency.first_delta_s)
+    added_p99 = p99(berth_latency) - p99(bare_latency)
+    print(
+        f"added first-delta latency: p50 {1000 * added_p50:.1f} ms, p99 {1000 * added_p99:.1f} ms (target p99 < 50 ms)"
+    )
+    errors = bare_run.errors + berth_run.errors + bare_latency.errors + berth_latency.errors
+    print(f"errors: {errors} (must be 0)")
+    if errors:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ class HostServices:
         root = self._var_root or (self.config.descriptors.base_dir / storage.root).resolve()
         self.store = SqliteConversationStore(root)
         await self.store.open()
-        self.memory_index = SqliteMemoryIndex(root)
+        self.memory_index = SqliteMemoryIndex(root, database=self.store.database)  # one connection, shared commits
         await self.memory_index.open()
         self.meta = SqliteMetaStore(root)
         await self.meta.open()

@@ -2,7 +2,8 @@
 
 ``platform.storage`` ``{kind: embedded, root: ./var}`` in ``assembly.yaml`` selects it. The conversation
 store (:class:`~berth.plugins.storage.sqlite.SqliteConversationStore`) and the memory index
-(:class:`~berth.plugins.storage.sqlite_memory.SqliteMemoryIndex`) share ``root/berth.sqlite3``.
+(:class:`~berth.plugins.storage.sqlite_memory.SqliteMemoryIndex`) share ``root/berth.sqlite3`` and one
+connection to it (:class:`~berth.plugins.storage.sqlite_database.SqliteDatabase`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class EmbeddedStorageBackend:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._conversations = SqliteConversationStore(root)
-        self._memory = SqliteMemoryIndex(root)
+        # One connection for both: the memory index's writes join the turns' group commits.
+        self._memory = SqliteMemoryIndex(root, database=self._conversations.database)
 
     @property
     def conversations(self) -> SqliteConversationStore:

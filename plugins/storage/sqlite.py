@@ -47,12 +47,13 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Final, Literal, Self, TypeVar, cast, overload
 
+from berth.plugins.storage.sqlite_database import SqliteDatabase
 from berth.storage.conversations import (
     BlockRecord,
     ConversationRecord,
@@ -229,108 +230,6 @@ def _checked_artifact_path(path: str) -> str:
     if bad or PurePosixPath(path).is_absolute():
         raise StorageError("unsafe_artifact_path", f"artifact path {path[:120]!r} must be relative, without '..'")
     return path
-
-
-class SqliteDatabase:
-    """One SQLite connection in WAL mode, used from worker threads one call at a time.
-
-    Writes are durable (``synchronous=FULL``: the WAL is ``fsync``-ed at commit) unless the caller says
-    otherwise; see :meth:`write`. The connection's own mode is ``NORMAL``; a durable write switches.
-
-    :param trace: called with each SQL statement as executed (values expanded); for diagnostics and
-        for tests that check how much a write touches.
-    """
-
-    def __init__(self, path: Path, *, trace: Callable[[str], None] | None = None) -> None:
-        self.path = path
-        self._trace = trace
-        self._connection: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    def open(self, schema: str, *, added_columns: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> None:
-        """Open (or create) the database, switch it to WAL and create ``schema``'s tables.
-
-        :param added_columns: table → ``(column, definition)`` pairs that ``schema`` has but a database
-            created by an earlier release may lack; each missing one is added (``ALTER TABLE``).
-        """
-        with self._lock:
-            if self._connection is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")  # a durable write switches to FULL for itself
-                connection.execute("PRAGMA busy_timeout=10000")
-                if self._trace is not None:
-                    connection.set_trace_callback(self._trace)
-                self._connection = connection
-            self._connection.executescript(schema)
-            for table, columns in (added_columns or {}).items():
-                present = {row[1] for row in self._connection.execute(f"PRAGMA table_info({table})")}
-                for column, definition in columns:
-                    if column not in present:
-                        self._connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
-
-    def close(self) -> None:
-        """Close the connection; later calls fail with ``store_closed``."""
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
-
-    def read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``work`` on the connection (a consistent read: WAL snapshot of one transaction)."""
-        with self._lock:
-            connection = self._require()
-            connection.execute("BEGIN")
-            try:
-                return work(connection)
-            finally:
-                connection.execute("COMMIT")
-
-    def write(self, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True) -> _T:
-        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it.
-
-        :param durable: ``fsync`` the WAL before returning (``synchronous=FULL``). With ``False``
-            (``synchronous=NORMAL``) the transaction survives a killed process but a power loss may take
-            it back (never half of it); the next durable write makes it durable too.
-        """
-        with self._lock:
-            return self._transaction(work, durable=durable)
-
-    async def write_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run a short non-durable write (see :meth:`write`), on this thread when the database is free.
-
-        When another thread holds the connection, the write goes to a worker thread instead of blocking
-        the caller's event loop. ``work`` must be short: it runs on the event loop's thread.
-        """
-        if not self._lock.acquire(blocking=False):
-            return await asyncio.to_thread(self.write, work, durable=False)
-        try:
-            return self._transaction(work, durable=False)
-        finally:
-            self._lock.release()
-
-    def _transaction(self, work: Callable[[sqlite3.Connection], _T], *, durable: bool) -> _T:
-        connection = self._require()
-        if durable:
-            connection.execute("PRAGMA synchronous=FULL")
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(connection)
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-        finally:
-            if durable:
-                connection.execute("PRAGMA synchronous=NORMAL")
-        return result
-
-    def _require(self) -> sqlite3.Connection:
-        if self._connection is None:
-            raise StorageError("store_closed", "the store is not open; call open() (or use 'async with') first")
-        return self._connection
 
 
 def _turn_record(row: Sequence[object]) -> TurnRecord:
@@ -624,7 +523,8 @@ class SqliteConversationHandle:
             self._store.mark_running(self._scope, conversation, turn_id, rounds=index)
         return index
 
-    def _commit(self, commit: TurnCommit) -> int:
+    def _write_blobs(self, commit: TurnCommit) -> list[tuple[str, str, int]]:
+        """Write the commit's artifacts as content-addressed blobs (each ``fsync``-ed); return their rows."""
         blobs: list[tuple[str, str, int]] = []
         for artifact in commit.artifacts:
             path = _checked_artifact_path(artifact.path)
@@ -633,6 +533,15 @@ class SqliteConversationHandle:
             if not blob.exists():
                 write_atomically(blob, artifact.data)
             blobs.append((path, digest, len(artifact.data)))
+        return blobs
+
+    async def commit_turn(self, commit: TurnCommit) -> int:
+        """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version.
+
+        The blobs are written first; the transaction that makes them visible commits together with the
+        other commits queued meanwhile (group commit: one ``fsync`` for all of them).
+        """
+        blobs = await asyncio.to_thread(self._write_blobs, commit) if commit.artifacts else []
 
         def work(connection: sqlite3.Connection) -> int:
             conversation, _, rounds, committed = self._turn_state(connection, commit.turn_id)
@@ -681,7 +590,7 @@ class SqliteConversationHandle:
             self._store.mark_done(self._scope, commit.turn_id)
             return conversation
 
-        self._store.database.write(work)
+        await self._store.database.write_together(work)
         return commit.base_version + 1
 
     @staticmethod
@@ -712,10 +621,6 @@ class SqliteConversationHandle:
                     "unknown_logged_block",
                     f"timeline position {dangling[0]} refers to a turn-log entry that does not hold {dangling[1]!r}",
                 )
-
-    async def commit_turn(self, commit: TurnCommit) -> int:
-        """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version."""
-        return await asyncio.to_thread(self._commit, commit)
 
 
 class SqliteConversationStore:

@@ -130,18 +130,24 @@ class SqliteMemoryIndex:
     """The embedded :class:`~berth.storage.memory.MemoryIndex` (FTS5 + stored vectors) under ``root``.
 
     :param root: the storage root; the index shares the conversation store's database file.
+    :param database: the conversation store's connection, to share it (and its group commits); the
+        index then leaves closing it to the store. Without it, the index opens its own connection.
     """
 
-    def __init__(self, root: Path, *, trace: Callable[[str], None] | None = None) -> None:
-        self.database = SqliteDatabase(root / DATABASE_FILE, trace=trace)
+    def __init__(
+        self, root: Path, *, trace: Callable[[str], None] | None = None, database: SqliteDatabase | None = None
+    ) -> None:
+        self._owns_database = database is None
+        self.database = database if database is not None else SqliteDatabase(root / DATABASE_FILE, trace=trace)
 
     async def open(self) -> None:
         """Create the index tables (and the database, in WAL mode, if it is new)."""
         await asyncio.to_thread(self.database.open, _SCHEMA)
 
     async def aclose(self) -> None:
-        """Close the connection."""
-        await asyncio.to_thread(self.database.close)
+        """Close the connection (a shared one is closed by its owner)."""
+        if self._owns_database:
+            await asyncio.to_thread(self.database.close)
 
     async def add(self, entries: tuple[MemoryEntry, ...]) -> None:
         """Insert or replace entries (keyed by conversation and path), in one transaction."""
@@ -173,7 +179,7 @@ class SqliteMemoryIndex:
                 )
                 connection.execute("INSERT INTO memory_fts (rowid, text) VALUES (?, ?)", (cursor.lastrowid, entry.text))
 
-        await asyncio.to_thread(self.database.write, work)
+        await self.database.write_together(work)  # durable, sharing the commit of the turns ending meanwhile
 
     async def search_lexical(self, where: MemoryFilter, query: str, *, limit: int) -> tuple[LexicalHit, ...]:
         """Return up to ``limit`` entries matching ``query`` by BM25, best first."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from berth.plugins.storage.sqlite_database import SqliteDatabase
 from berth.storage.meta import ConversationMeta, Feedback
 from berth.storage.scope import ConversationScope, OwnerScope
 
@@ -39,49 +39,37 @@ def _time(value: str) -> datetime:
 
 
 class SqliteMetaStore:
-    """Conversation metadata and feedback in ``root/meta.sqlite3`` (WAL; one connection, one lock)."""
+    """Conversation metadata and feedback in ``root/meta.sqlite3`` (WAL, one :class:`SqliteDatabase`).
+
+    Creating a conversation and storing feedback are durable (group commit); the activity time a turn
+    touches is not ``fsync``-ed (a power loss may take back the latest touch, nothing else). Reads and
+    the touch are short and run on the event loop's thread when the connection is free.
+    """
 
     def __init__(self, root: Path) -> None:
-        self._path = root / DATABASE_FILE
-        self._connection: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self.database = SqliteDatabase(root / DATABASE_FILE)
 
     async def open(self) -> None:
         """Create the folder, the database and its tables."""
-
-        def open_database() -> None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.executescript(_SCHEMA)
-            self._connection = connection
-
-        await asyncio.to_thread(open_database)
+        await asyncio.to_thread(self.database.open, _SCHEMA)
 
     async def aclose(self) -> None:
         """Close the database (after any statement still running in a worker thread)."""
+        await asyncio.to_thread(self.database.close)
 
-        def close() -> None:
-            with self._lock:  # a cancelled caller's statement may still be running in its thread
-                if self._connection is not None:
-                    self._connection.close()
-                    self._connection = None
+    async def _read(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return await self.database.read_now(lambda connection: connection.execute(sql, parameters).fetchall())
 
-        await asyncio.to_thread(close)
+    async def _write(self, sql: str, parameters: tuple[Any, ...], *, durable: bool = True) -> None:
+        def work(connection: sqlite3.Connection) -> None:
+            connection.execute(sql, parameters)
 
-    async def _run(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        def execute() -> list[tuple[Any, ...]]:
-            if self._connection is None:
-                raise RuntimeError("the meta store is not open")
-            with self._lock:
-                return list(self._connection.execute(sql, parameters).fetchall())
-
-        return await asyncio.to_thread(execute)
+        await (self.database.write_together(work) if durable else self.database.write_now(work))
 
     async def create_conversation(self, meta: ConversationMeta) -> None:
         """Insert a conversation row."""
         s = meta.scope
-        await self._run(
+        await self._write(
             "INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 s.tenant,
@@ -97,7 +85,7 @@ class SqliteMetaStore:
 
     async def get_conversation(self, scope: ConversationScope) -> ConversationMeta | None:
         """The row of ``scope``, if it exists."""
-        rows = await self._run(
+        rows = await self._read(
             "SELECT title, bundle, created_at, updated_at FROM conversations "
             "WHERE tenant=? AND project=? AND user_id=? AND conversation_id=?",
             (scope.tenant, scope.project, scope.user_id, scope.conversation_id),
@@ -109,17 +97,18 @@ class SqliteMetaStore:
 
     async def touch_conversation(self, scope: ConversationScope, *, at: datetime, title: str | None = None) -> None:
         """Update the activity time (and the title when given and none is set yet)."""
-        await self._run(
+        await self._write(
             "UPDATE conversations SET updated_at=?, title=COALESCE(title, ?) "
             "WHERE tenant=? AND project=? AND user_id=? AND conversation_id=?",
             (_iso(at), title, scope.tenant, scope.project, scope.user_id, scope.conversation_id),
+            durable=False,
         )
 
     async def list_conversations(
         self, owner: OwnerScope, *, limit: int, before: datetime | None = None
     ) -> list[ConversationMeta]:
         """Most recently active first."""
-        rows = await self._run(
+        rows = await self._read(
             "SELECT conversation_id, title, bundle, created_at, updated_at FROM conversations "
             "WHERE tenant=? AND project=? AND user_id=? AND updated_at < ? "
             "ORDER BY updated_at DESC, conversation_id LIMIT ?",
@@ -133,7 +122,7 @@ class SqliteMetaStore:
     async def put_feedback(self, feedback: Feedback) -> None:
         """Insert or replace one origin's feedback on a turn."""
         s = feedback.scope
-        await self._run(
+        await self._write(
             "INSERT OR REPLACE INTO feedback VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 s.tenant,
@@ -150,7 +139,7 @@ class SqliteMetaStore:
 
     async def feedback_for(self, scope: ConversationScope) -> list[Feedback]:
         """Every feedback on one conversation."""
-        rows = await self._run(
+        rows = await self._read(
             "SELECT turn_id, reaction, text, origin, created_at FROM feedback "
             "WHERE tenant=? AND project=? AND user_id=? AND conversation_id=? ORDER BY created_at",
             (scope.tenant, scope.project, scope.user_id, scope.conversation_id),
@@ -162,7 +151,7 @@ class SqliteMetaStore:
 
     async def feedback_between(self, tenant: str, project: str, start: datetime, end: datetime) -> list[Feedback]:
         """Feedback of one tenant/project in a period."""
-        rows = await self._run(
+        rows = await self._read(
             "SELECT user_id, conversation_id, turn_id, reaction, text, origin, created_at FROM feedback "
             "WHERE tenant=? AND project=? AND created_at >= ? AND created_at < ? ORDER BY created_at",
             (tenant, project, _iso(start), _iso(end)),

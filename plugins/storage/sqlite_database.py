@@ -1,0 +1,212 @@
+"""One SQLite connection in WAL mode, shared by the embedded stores, with group commit.
+
+Writes come in three kinds, by what they need:
+
+* :meth:`SqliteDatabase.write` — a transaction in the calling (worker) thread, durable or not
+  (:meth:`SqliteDatabase.read` for a consistent read, :meth:`SqliteDatabase.read_now` for a short one);
+* :meth:`SqliteDatabase.write_now` — a short non-durable write (a round's append), run on the event
+  loop's thread when the connection is free: handing 0.1 ms of work to a thread costs more than the
+  work, in thread wake-ups and GIL hand-offs;
+* :meth:`SqliteDatabase.write_together` — a durable write (a turn's commit) that shares its ``fsync``
+  with the durable writes queued while the previous group was committing (group commit). Each write
+  runs in its own savepoint: one that fails is rolled back alone and raises to its own caller; the
+  others commit. Under load, one ``fsync`` then makes many turns durable instead of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from berth.storage.conversations import StorageError
+
+__all__ = ["SqliteDatabase"]
+
+_T = TypeVar("_T")
+_Outcome = tuple[bool, Any]
+"""``(True, result)`` or ``(False, exception)`` of one write of a group."""
+
+
+def _resolve(future: asyncio.Future[Any], outcome: _Outcome) -> None:
+    if future.done():  # its caller was cancelled; the write happened all the same
+        return
+    ok, value = outcome
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class SqliteDatabase:
+    """One SQLite connection in WAL mode, used one call at a time (see the module docstring).
+
+    Writes are durable (``synchronous=FULL``: the WAL is ``fsync``-ed at commit) unless the caller says
+    otherwise; see :meth:`write`. The connection's own mode is ``NORMAL``; a durable write switches.
+
+    :param trace: called with each SQL statement as executed (values expanded); for diagnostics and
+        for tests that check how much a write touches.
+    """
+
+    def __init__(self, path: Path, *, trace: Callable[[str], None] | None = None) -> None:
+        self.path = path
+        self._trace = trace
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._queued: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._committer: asyncio.Task[None] | None = None
+
+    def open(self, schema: str, *, added_columns: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> None:
+        """Open (or create) the database, switch it to WAL and create ``schema``'s tables.
+
+        :param added_columns: table → ``(column, definition)`` pairs that ``schema`` has but a database
+            created by an earlier release may lack; each missing one is added (``ALTER TABLE``).
+        """
+        with self._lock:
+            if self._connection is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=NORMAL")  # a durable write switches to FULL for itself
+                connection.execute("PRAGMA busy_timeout=10000")
+                if self._trace is not None:
+                    connection.set_trace_callback(self._trace)
+                self._connection = connection
+            self._connection.executescript(schema)
+            for table, columns in (added_columns or {}).items():
+                present = {row[1] for row in self._connection.execute(f"PRAGMA table_info({table})")}
+                for column, definition in columns:
+                    if column not in present:
+                        self._connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+
+    def close(self) -> None:
+        """Close the connection; later calls fail with ``store_closed``."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``work`` on the connection (a consistent read: WAL snapshot of one transaction)."""
+        with self._lock:
+            return self._read(work)
+
+    def _read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        connection = self._require()
+        connection.execute("BEGIN")
+        try:
+            return work(connection)
+        finally:
+            connection.execute("COMMIT")
+
+    def write(self, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True) -> _T:
+        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it.
+
+        :param durable: ``fsync`` the WAL before returning (``synchronous=FULL``). With ``False``
+            (``synchronous=NORMAL``) the transaction survives a killed process but a power loss may take
+            it back (never half of it); the next durable write makes it durable too.
+        """
+        with self._lock:
+            return self._transaction(work, durable=durable)
+
+    async def read_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run a short read (see :meth:`read`) on this thread when the database is free, else in a worker thread."""
+        if not self._lock.acquire(blocking=False):
+            return await asyncio.to_thread(self.read, work)
+        try:
+            return self._read(work)
+        finally:
+            self._lock.release()
+
+    async def write_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run a short non-durable write (see :meth:`write`), on this thread when the database is free.
+
+        When another thread holds the connection, the write goes to a worker thread instead of blocking
+        the caller's event loop. ``work`` must be short: it runs on the event loop's thread.
+        """
+        if not self._lock.acquire(blocking=False):
+            return await asyncio.to_thread(self.write, work, durable=False)
+        try:
+            return self._transaction(work, durable=False)
+        finally:
+            self._lock.release()
+
+    async def write_together(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``work`` durably, committing it with every durable write queued meanwhile (one ``fsync``).
+
+        ``work`` runs in a worker thread inside its own savepoint: if it raises, only its changes are
+        rolled back and the exception is raised here. A cancelled caller does not cancel the write.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
+        self._queued.append((work, future))
+        if self._committer is None or self._committer.done():
+            self._committer = loop.create_task(self._commit_queued())
+        return await future
+
+    async def _commit_queued(self) -> None:
+        """Commit the queued writes, a group at a time, until none is left."""
+        while self._queued:
+            jobs, self._queued = self._queued, []
+            try:
+                outcomes = await asyncio.to_thread(self._run_group, [work for work, _ in jobs])
+            except BaseException as exc:  # the task itself was cancelled (the loop is closing)
+                outcomes = [(False, StorageError("store_closed", f"the write was not committed: {exc!r}"))] * len(jobs)
+                for (_, future), outcome in zip(jobs, outcomes, strict=True):
+                    _resolve(future, outcome)
+                raise
+            for (_, future), outcome in zip(jobs, outcomes, strict=True):
+                _resolve(future, outcome)
+
+    def _run_group(self, works: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[_Outcome]:
+        """Run each write in a savepoint of one durable transaction; return each one's outcome."""
+        with self._lock:
+            try:
+                connection = self._require()
+            except StorageError as closed:
+                return [(False, closed)] * len(works)
+            outcomes: list[_Outcome] = []
+            connection.execute("PRAGMA synchronous=FULL")
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                for work in works:
+                    connection.execute("SAVEPOINT write")
+                    try:
+                        outcomes.append((True, work(connection)))
+                    except Exception as exc:
+                        connection.execute("ROLLBACK TO write")
+                        outcomes.append((False, exc))
+                    connection.execute("RELEASE write")
+                connection.execute("COMMIT")
+            except Exception as exc:  # the transaction itself failed (disk full, I/O error): nothing committed
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                return [(False, exc)] * len(works)
+            finally:
+                connection.execute("PRAGMA synchronous=NORMAL")
+            return outcomes
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], _T], *, durable: bool) -> _T:
+        connection = self._require()
+        if durable:
+            connection.execute("PRAGMA synchronous=FULL")
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(connection)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+        finally:
+            if durable:
+                connection.execute("PRAGMA synchronous=NORMAL")
+        return result
+
+    def _require(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StorageError("store_closed", "the store is not open; call open() (or use 'async with') first")
+        return self._connection

@@ -1,0 +1,80 @@
+"""The shared SQLite connection: group commit of durable writes, each in its own savepoint."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from berth.plugins.storage.sqlite_database import SqliteDatabase
+from berth.storage.conversations import StorageError
+
+
+def open_database(tmp_path: Path, statements: list[str]) -> SqliteDatabase:
+    database = SqliteDatabase(tmp_path / "db.sqlite3", trace=statements.append)
+    database.open("CREATE TABLE t (x INTEGER PRIMARY KEY);")
+    return database
+
+
+def insert(value: int) -> Callable[[sqlite3.Connection], int]:
+    def work(connection: sqlite3.Connection) -> int:
+        connection.execute("INSERT INTO t VALUES (?)", (value,))
+        return value
+
+    return work
+
+
+def stored(database: SqliteDatabase) -> list[int]:
+    return [row[0] for row in database.read(lambda c: c.execute("SELECT x FROM t ORDER BY x").fetchall())]
+
+
+def test_durable_writes_queued_together_share_one_commit(tmp_path: Path) -> None:
+    statements: list[str] = []
+    database = open_database(tmp_path, statements)
+    statements.clear()
+
+    async def ten_writers() -> list[int]:
+        return list(await asyncio.gather(*(database.write_together(insert(n)) for n in range(10))))
+
+    assert asyncio.run(ten_writers()) == list(range(10))
+    assert statements.count("COMMIT") == 1, "one fsync-ed commit for the ten writes"
+    assert "PRAGMA synchronous=FULL" in statements
+    assert stored(database) == list(range(10))
+    database.close()
+
+
+def test_a_write_that_fails_is_rolled_back_alone_and_raises_to_its_caller(tmp_path: Path) -> None:
+    database = open_database(tmp_path, [])
+
+    def half_then_fail(connection: sqlite3.Connection) -> None:
+        connection.execute("INSERT INTO t VALUES (100)")
+        raise StorageError("conflicting_commit", "changed meanwhile")
+
+    async def writers() -> list[object]:
+        return list(
+            await asyncio.gather(
+                database.write_together(insert(1)),
+                database.write_together(half_then_fail),
+                database.write_together(insert(1)),  # a duplicate key: fails in SQLite itself
+                database.write_together(insert(2)),
+                return_exceptions=True,
+            )
+        )
+
+    first, failed, duplicate, last = asyncio.run(writers())
+    assert (first, last) == (1, 2)
+    assert isinstance(failed, StorageError) and failed.code == "conflicting_commit"
+    assert isinstance(duplicate, sqlite3.IntegrityError)
+    assert stored(database) == [1, 2], "the failed writes left nothing; the others committed"
+    database.close()
+
+
+def test_writes_to_a_closed_database_fail_with_store_closed(tmp_path: Path) -> None:
+    database = open_database(tmp_path, [])
+    database.close()
+    with pytest.raises(StorageError) as closed:
+        asyncio.run(database.write_together(insert(1)))
+    assert closed.value.code == "store_closed"
