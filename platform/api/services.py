@@ -226,6 +226,9 @@ class HostServices:
         return running
 
     def _forget_old_turns(self) -> None:
+        # Scanning every turn costs what the table holds: only when it has grown well past the limit.
+        if len(self.turns) <= FINISHED_TURNS_KEPT + FINISHED_TURNS_KEPT // 4:
+            return
         finished = [t for t in self.turns.values() if t.log.closed]
         for old in sorted(finished, key=lambda t: t.started)[: max(len(finished) - FINISHED_TURNS_KEPT, 0)]:
             self.turns.pop(old.turn_id, None)

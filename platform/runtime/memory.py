@@ -99,6 +99,10 @@ class EmbedderFactory(Protocol):
         ...
 
 
+_WORD_CACHE_LIMIT: Final = 50_000
+"""Words whose buckets an embedder keeps; past it the cache starts over."""
+
+
 class HashedNgramEmbedder:
     """A deterministic, dependency-free embedder: hashed words and character n-grams.
 
@@ -113,27 +117,41 @@ class HashedNgramEmbedder:
             raise ValueError("an embedding needs at least 8 dimensions")
         self._dimensions = dimensions
         self._ngram_sizes = ngram_sizes
+        # What each word adds to a vector (bucket, signed weight): words recur, so each is hashed once.
+        self._words: dict[str, tuple[tuple[int, float], ...]] = {}
 
     @property
     def dimensions(self) -> int:
         """The length of every vector this embedder returns."""
         return self._dimensions
 
-    def _features(self, text: str) -> Iterable[tuple[str, float]]:
-        for word in _TOKEN_RE.findall(text.lower()):
-            yield "w:" + word, 1.0
-            marked = f"<{word}>"
-            for size in self._ngram_sizes:
-                for start in range(max(len(marked) - size + 1, 1)):
-                    yield "g:" + marked[start : start + size], 0.5
+    def _word_features(self, word: str) -> Iterable[tuple[str, float]]:
+        yield "w:" + word, 1.0
+        marked = f"<{word}>"
+        for size in self._ngram_sizes:
+            for start in range(max(len(marked) - size + 1, 1)):
+                yield "g:" + marked[start : start + size], 0.5
+
+    def _word(self, word: str) -> tuple[tuple[int, float], ...]:
+        """The signed buckets one word adds to a vector (computed once per word)."""
+        contribution = self._words.get(word)
+        if contribution is None:
+            if len(self._words) >= _WORD_CACHE_LIMIT:
+                self._words.clear()
+            buckets = []
+            for feature, weight in self._word_features(word):
+                digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+                bucket = int.from_bytes(digest[:4], "little") % self._dimensions
+                buckets.append((bucket, weight if digest[4] & 1 else -weight))
+            contribution = self._words[word] = tuple(buckets)
+        return contribution
 
     def embed_one(self, text: str) -> tuple[float, ...]:
         """Return the unit-length vector of one text (all zeros if it has no words)."""
         vector = [0.0] * self._dimensions
-        for feature, weight in self._features(text):
-            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
-            bucket = int.from_bytes(digest[:4], "little") % self._dimensions
-            vector[bucket] += weight if digest[4] & 1 else -weight
+        for word in _TOKEN_RE.findall(text.lower()):
+            for bucket, signed in self._word(word):
+                vector[bucket] += signed
         norm = math.sqrt(sum(value * value for value in vector))
         return tuple(value / norm for value in vector) if norm else tuple(vector)
 

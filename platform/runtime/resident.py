@@ -21,8 +21,13 @@ from berth.storage.scope import ConversationScope
 
 __all__ = ["DEFAULT_RESIDENT_CONVERSATIONS", "ResidentConversation", "ResidentConversations"]
 
-DEFAULT_RESIDENT_CONVERSATIONS = 16
-"""How many conversations a turn runner keeps in memory by default."""
+DEFAULT_RESIDENT_CONVERSATIONS = 512
+"""How many conversations a turn runner keeps in memory by default.
+
+A server with more conversations active at once than it keeps would parse every turn's timeline again
+(the load benchmark runs 200). A kept conversation costs what its timeline holds in memory: its blocks,
+their rendered text and layouts.
+"""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,71 @@
+"""The per-turn event log behind the SSE stream: frames, resume, coalescing, waking readers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from berth.api.sse import HEARTBEAT, TurnEventLog, encode_frame, parse_last_event_id
+from berth.runtime.events import TurnEvent
+
+
+def delta(text: str) -> TurnEvent:
+    return TurnEvent("channel.delta", {"channel": "answer", "instance": 1, "marker": "answer", "text": text})
+
+
+def test_frames_carry_ids_of_the_turn_and_its_sequence() -> None:
+    data = '{"channel":"answer","instance":1,"marker":"answer","text":"hé"}'
+    assert encode_frame("turn_1:3", delta("hé")) == f"id: turn_1:3\nevent: channel.delta\ndata: {data}\n\n".encode()
+
+
+def test_every_frame_ready_is_handed_over_in_one_piece_and_a_resume_starts_after_the_last_seen() -> None:
+    async def scenario() -> tuple[list[bytes], list[bytes]]:
+        log = TurnEventLog("turn_1")
+        for n in range(5):
+            await log.append(delta(str(n)))
+        await log.close()
+        whole = [piece async for piece in log.frames()]
+        resumed = [piece async for piece in log.frames(after=parse_last_event_id("turn_1", "turn_1:3"))]
+        return whole, resumed
+
+    whole, resumed = asyncio.run(scenario())
+    assert len(whole) == 1 and whole[0].count(b"\n\n") == 5
+    assert resumed == [b"".join(encode_frame(f"turn_1:{n}", delta(str(n - 1))) for n in (4, 5))]
+
+
+def test_a_waiting_reader_gets_each_event_as_it_is_appended_and_stops_at_close() -> None:
+    async def scenario() -> list[bytes]:
+        log = TurnEventLog("turn_1")
+        pieces: list[bytes] = []
+
+        async def read() -> None:
+            async for piece in log.frames():
+                pieces.append(piece)
+
+        reader = asyncio.create_task(read())
+        await asyncio.sleep(0)  # a yield: the reader is now waiting
+        await log.append(delta("a"))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        await log.append(delta("b"))
+        await log.close()
+        await reader
+        return pieces
+
+    pieces = asyncio.run(scenario())
+    assert b"".join(pieces) == encode_frame("turn_1:1", delta("a")) + encode_frame("turn_1:2", delta("b"))
+
+
+def test_an_idle_stream_sends_heartbeats() -> None:
+    async def scenario() -> bytes:
+        log = TurnEventLog("turn_1")
+        stream = log.frames(heartbeat_s=0.01)
+        return await anext(stream)
+
+    assert asyncio.run(scenario()) == HEARTBEAT
+
+
+def test_foreign_or_malformed_last_event_ids_resume_from_the_start() -> None:
+    assert parse_last_event_id("turn_1", "turn_2:5") == 0
+    assert parse_last_event_id("turn_1", "turn_1:x") == 0
+    assert parse_last_event_id("turn_1", None) == 0
+    assert parse_last_event_id("turn_1", "turn_1:7") == 7
