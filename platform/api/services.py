@@ -15,6 +15,7 @@ from berth.api.errors import ApiError, not_found
 from berth.api.metrics import Metrics
 from berth.api.sse import TurnEventLog
 from berth.config import ConfigError, Configuration
+from berth.config.models.assembly import EmbedderConfig
 from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
@@ -25,7 +26,7 @@ from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.plugins.storage.sqlite_meta import SqliteMetaStore
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import TurnInput, TurnResult, TurnRunner
-from berth.runtime.memory import HashedNgramEmbedder, MemorySearch
+from berth.runtime.memory import Embedder, MemorySearch
 from berth.storage.scope import ConversationScope
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class HostServices:
         self.meta = SqliteMetaStore(root)
         await self.meta.open()
         self.models = ModelPool(self.config, self.plugins.model_providers())
+        self._check_embedders()
         self.started = True
 
     async def stop(self) -> None:
@@ -137,13 +139,15 @@ class HostServices:
     def _new_runner(self, tenant: str, project: str) -> TurnRunner:
         assert self.store is not None and self.models is not None and self.memory_index is not None
         index = self.memory_index
+        settings = self.config.settings_for(tenant, project)
+        embedder = self._embedder(settings.embedder)  # one per runner: it keeps what it has computed
 
         def memory(scope: ConversationScope) -> MemorySearch:
-            return MemorySearch(index, HashedNgramEmbedder(), scope=scope)
+            return MemorySearch(index, embedder, scope=scope)
 
         return TurnRunner(
             store=self.store,
-            models=self.models.resolver(self.config.settings_for(tenant, project)),
+            models=self.models.resolver(settings),
             tool_packs=self.plugins.tool_packs(),
             memory=memory,
         )
@@ -217,6 +221,32 @@ class HostServices:
 
         running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
         return running
+
+    def _check_embedders(self) -> None:
+        """Refuse to start when a scope names an embedder no installed plugin provides."""
+        known = self.plugins.embedders()
+        scopes: list[tuple[str | None, str | None]] = [(None, None), *self.config.descriptors.assembly.scopes()]
+        for tenant, project in scopes:
+            provider = self.config.settings_for(tenant, project).embedder.provider
+            if provider not in known:
+                where = f"{tenant}/{project}" if tenant else "platform"
+                raise ConfigError(
+                    "embedder_unknown",
+                    f"{where}: platform.embedder.provider {provider!r} is not installed "
+                    f"(installed: {', '.join(sorted(known)) or 'none'})",
+                )
+
+    def _embedder(self, config: EmbedderConfig) -> Embedder:
+        """The embedder ``platform.embedder`` names for a scope, built by its plugin."""
+        factories = self.plugins.embedders()
+        factory = factories.get(config.provider)
+        if factory is None:
+            known = ", ".join(sorted(factories)) or "none"
+            raise ConfigError(
+                "embedder_unknown", f"platform.embedder.provider {config.provider!r} is not installed (known: {known})"
+            )
+        built: Embedder = factory(config)
+        return built
 
     def turn_in_scope(self, scope: ConversationScope, turn_id: str) -> RunningTurn:
         """A turn the API ran in exactly this scope; 404 otherwise."""

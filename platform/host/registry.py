@@ -76,6 +76,8 @@ class BundleRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._retired: set[BundleGeneration] = set()
         self._listeners: list[ReloadListener] = []
+        # Scoped contexts by (bundle, generation number, tenant, project): every turn asks for one.
+        self._contexts: dict[tuple[str, int, str, str], BundleContext] = {}
 
     @property
     def config(self) -> Configuration:
@@ -152,6 +154,7 @@ class BundleRegistry:
                     self._notify(outcome)
                     return [outcome]
         self._config = config
+        self._contexts.clear()
         for bundle_id, generation in list(self._current.items()):
             if bundle_id not in new_entries:
                 del self._current[bundle_id]
@@ -189,7 +192,17 @@ class BundleRegistry:
                 await self._unload(generation)
 
     def context_for(self, generation: BundleGeneration, tenant: str, project: str) -> BundleContext:
-        """The context of ``generation`` bound to one tenant/project (scoped props, settings, secrets)."""
+        """The context of ``generation`` bound to one tenant/project (scoped props, settings, secrets).
+
+        Built once per generation and scope, until the descriptors change (contexts are immutable).
+        """
+        key = (generation.bundle_id, generation.number, tenant, project)
+        context = self._contexts.get(key)
+        if context is None:
+            context = self._contexts[key] = self._scoped_context(generation, tenant, project)
+        return context
+
+    def _scoped_context(self, generation: BundleGeneration, tenant: str, project: str) -> BundleContext:
         config = self._config
         if generation.bundle_id not in config.descriptors.visible_bundles(tenant, project):
             raise ConfigError(
@@ -258,6 +271,8 @@ class BundleRegistry:
 
     async def _retire(self, generation: BundleGeneration) -> None:
         generation.retired = True
+        for key in [k for k in self._contexts if k[:2] == (generation.bundle_id, generation.number)]:
+            del self._contexts[key]
         if generation.users == 0:
             await self._unload(generation)
         else:

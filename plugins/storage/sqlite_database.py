@@ -11,6 +11,11 @@ Writes come in three kinds, by what they need:
   with the durable writes queued while the previous group was committing (group commit). Each write
   runs in its own savepoint: one that fails is rolled back alone and raises to its own caller; the
   others commit. Under load, one ``fsync`` then makes many turns durable instead of one.
+
+SQLite's automatic WAL checkpoint is off: it runs inside whichever commit crosses the threshold, and a
+``write_now`` commit runs on the event loop's thread, so one turn in a thousand stalled every other
+for the length of a checkpoint. A checkpoint runs instead in a worker thread every
+:data:`CHECKPOINT_EVERY` writes, and when the database is closed.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from berth.storage.conversations import StorageError
 __all__ = ["SqliteDatabase"]
 
 _T = TypeVar("_T")
+
+CHECKPOINT_EVERY = 500
+"""Writes between two WAL checkpoints (SQLite's own automatic checkpoint is off; see ``open``)."""
 _Outcome = tuple[bool, Any]
 """``(True, result)`` or ``(False, exception)`` of one write of a group."""
 
@@ -58,6 +66,8 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._queued: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
+        self._writes_since_checkpoint = 0
+        self._checkpointer: asyncio.Task[None] | None = None
 
     def open(self, schema: str, *, added_columns: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> None:
         """Open (or create) the database, switch it to WAL and create ``schema``'s tables.
@@ -72,6 +82,9 @@ class SqliteDatabase:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute("PRAGMA synchronous=NORMAL")  # a durable write switches to FULL for itself
                 connection.execute("PRAGMA busy_timeout=10000")
+                # No checkpoint inside a commit: it would run wherever the write runs, the event loop's
+                # thread included, and stall every turn. Checkpoints run in a worker thread instead.
+                connection.execute("PRAGMA wal_autocheckpoint=0")
                 if self._trace is not None:
                     connection.set_trace_callback(self._trace)
                 self._connection = connection
@@ -83,9 +96,10 @@ class SqliteDatabase:
                         self._connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     def close(self) -> None:
-        """Close the connection; later calls fail with ``store_closed``."""
+        """Checkpoint and close the connection; later calls fail with ``store_closed``."""
         with self._lock:
             if self._connection is not None:
+                self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 self._connection.close()
                 self._connection = None
 
@@ -127,6 +141,7 @@ class SqliteDatabase:
         When another thread holds the connection, the write goes to a worker thread instead of blocking
         the caller's event loop. ``work`` must be short: it runs on the event loop's thread.
         """
+        self._count_write()
         if not self._lock.acquire(blocking=False):
             return await asyncio.to_thread(self.write, work, durable=False)
         try:
@@ -143,6 +158,7 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
         self._queued.append((work, future))
+        self._count_write()
         if self._committer is None or self._committer.done():
             self._committer = loop.create_task(self._commit_queued())
         return await future
@@ -160,6 +176,21 @@ class SqliteDatabase:
                 raise
             for (_, future), outcome in zip(jobs, outcomes, strict=True):
                 _resolve(future, outcome)
+
+    def _count_write(self) -> None:
+        """Count a write; every :data:`CHECKPOINT_EVERY` writes, checkpoint the WAL in a worker thread."""
+        self._writes_since_checkpoint += 1
+        if self._writes_since_checkpoint >= CHECKPOINT_EVERY and (
+            self._checkpointer is None or self._checkpointer.done()
+        ):
+            self._writes_since_checkpoint = 0
+            self._checkpointer = asyncio.get_running_loop().create_task(asyncio.to_thread(self.checkpoint))
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file (``PASSIVE``: readers are not waited for)."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def _run_group(self, works: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[_Outcome]:
         """Run each write in a savepoint of one durable transaction; return each one's outcome."""

@@ -6,8 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from api_stack import ApiStack, api_stack
+import yaml
+from api_stack import ApiStack, api_stack, write_script, write_stack_descriptors
 from openapi_spec_validator import validate
+
+from berth.api.app import build_services
+from berth.config import ConfigError
 
 ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>Hi!</channel:answer>'
 
@@ -197,3 +201,17 @@ async def test_auth_none_serves_the_local_user(tmp_path: Path) -> None:
         assert created.status_code == 201
         listing = await stack.client.get("/v1/globex/research/conversations")
         assert listing.status_code == 200
+
+
+async def test_a_host_whose_scope_names_an_embedder_not_installed_refuses_to_start(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "script.yaml", ["unused"])
+    descriptors = write_stack_descriptors(tmp_path / "descriptors", script)
+    assembly = yaml.safe_load((descriptors / "assembly.yaml").read_text())
+    assembly["tenants"]["globex"]["embedder"] = {"provider": "word2vec"}
+    (descriptors / "assembly.yaml").write_text(yaml.safe_dump(assembly))
+    services = build_services(descriptors, var_root=tmp_path / "var")
+    with pytest.raises(ConfigError) as refused:
+        await services.start()
+    await services.stop()
+    assert refused.value.code == "embedder_unknown"
+    assert "globex/research" in str(refused.value) and "'word2vec'" in str(refused.value)
