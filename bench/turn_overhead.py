@@ -30,7 +30,7 @@ parse, validate, contribute, persist) for the 100-round turn and for turn 40; ``
 cProfile's top functions for the same two turns.
 
 Usage: ``python bench/turn_overhead.py [--repeat N] [--chunk-size N] [--breakdown] [--profile]
-[--no-langgraph]`` (about a minute and a half on two cores).
+[--no-langgraph] [--cpu N]`` (about a minute and a half on two cores; pinned to one CPU by default).
 """
 
 from __future__ import annotations
@@ -496,6 +496,20 @@ def profile(stack: BerthStack, loop: asyncio.AbstractEventLoop, top: int) -> Non
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
+def pin_to_cpu(cpu: int) -> str:
+    """Keep this process (and its threads) on one CPU, for both frameworks alike; say where.
+
+    On this two-core virtual machine, runs left to the scheduler differed by up to a third, and pinned
+    runs were both faster and closer together (the machine's own slow spells remain). Both frameworks
+    run in this process, pinned alike, so neither gains from it over the other.
+    """
+    if cpu == -2 or not hasattr(os, "sched_setaffinity"):
+        return "not pinned to a CPU"
+    chosen = sorted(os.sched_getaffinity(0))[cpu] if cpu < 0 else cpu
+    os.sched_setaffinity(0, {chosen})
+    return f"pinned to CPU {chosen}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per single-turn scenario (median)")
@@ -503,13 +517,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile Berth's turns after the table")
     parser.add_argument("--breakdown", action="store_true", help="time Berth's phases per round after the table")
     parser.add_argument("--no-langgraph", action="store_true", help="measure Berth only")
+    parser.add_argument(
+        "--cpu", type=int, default=-1, help="run on this one CPU (default: the last one; -2: wherever the OS puts it)"
+    )
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     os.environ.setdefault("LANGSMITH_TRACING", "false")
+    pinned = pin_to_cpu(args.cpu)
 
     print(
         f"Python {sys.version.split()[0]}; tool argument {ARG_BYTES} B, tool result {RESULT_BYTES} B; "
-        f"Berth model chunks of {args.chunk_size} characters; median of {args.repeat} runs"
+        f"Berth model chunks of {args.chunk_size} characters; median of {args.repeat} runs; {pinned}"
     )
     loop = asyncio.new_event_loop()
     with tempfile.TemporaryDirectory(prefix="berth-bench-") as tmp:
