@@ -25,10 +25,11 @@ How writes stay atomic:
   the transaction that makes them visible commits. A crash in between leaves an unreferenced file and
   the previous consistent state.
 
-Each round appends only its own rows to the turn log, so that write costs the same at round 5 and at
-round 500. Such a short write that need not be ``fsync``-ed runs on the caller's thread when the
-database is free (:meth:`SqliteDatabase.write_now`): handing 0.1 ms of work to a worker thread costs
-more than the work, in thread switches and GIL hand-offs.
+Each round appends only its own rows to the turn log (not even the turn's row: its round count is
+recorded at the commit), so that write costs the same at round 5 and at round 500. Such a short write
+that need not be ``fsync``-ed runs on the caller's thread when the database is free
+(:meth:`SqliteDatabase.write_now`): handing 0.1 ms of work to a worker thread costs more than the work,
+in thread switches and GIL hand-offs.
 
 Scoping comes from the bound :class:`~berth.storage.scope.ConversationScope`; folder names are its
 ids, which the scope already restricts to ``[A-Za-z0-9_-]``.
@@ -159,11 +160,23 @@ _ADDED_COLUMNS: Final = {
 }
 """Columns added to tables after their first release: a database created before gets them on open."""
 
+_ROUNDS: Final = (
+    "CASE WHEN committed THEN rounds ELSE (SELECT COALESCE(MAX(l.round), 0) FROM turn_log l"
+    " WHERE l.conversation = turns.conversation AND l.turn_id = turns.turn_id) END"
+)
+"""A turn's round count: recorded at its commit; until then, the last round its log holds (an append
+writes only the log, not the ``turns`` row: one page less per round)."""
+
 _SELECT_TURN: Final = (
-    "SELECT turn_id, state, started_at, ended_at, generation, rounds, input_tokens, output_tokens,"
-    " cache_read_input_tokens, cache_creation_input_tokens, exit_reason"
+    "SELECT turn_id, state, started_at, ended_at, generation, "
+    + _ROUNDS
+    + ", input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, exit_reason"
 )
 """The columns :func:`_turn_record` reads, in its order (a query adds its ``FROM`` clause)."""
+
+_SELECT_TURN_STATE: Final = (
+    "SELECT state, " + _ROUNDS + ", committed FROM turns WHERE conversation=? AND turn_id=?"  # noqa: S608 (constants)
+)
 
 
 _INSERT_TIMELINE_ROW: Final = (
@@ -489,7 +502,7 @@ class SqliteConversationHandle:
         row = None
         if conversation is not None:
             row = connection.execute(
-                "SELECT state, rounds, committed FROM turns WHERE conversation=? AND turn_id=?",
+                _SELECT_TURN_STATE,
                 (conversation, turn_id),
             ).fetchone()
         if conversation is None or row is None:
@@ -512,9 +525,6 @@ class SqliteConversationHandle:
             index = rounds + 1
             self._insert_blocks(connection, conversation, turn_id, index, blocks)
             self._upsert_sources(connection, conversation, sources)
-            connection.execute(
-                "UPDATE turns SET rounds=? WHERE conversation=? AND turn_id=?", (index, conversation, turn_id)
-            )
             return conversation, index, running is not None
 
         # Not fsync-ed: a killed process keeps the round; see the module docstring for a power loss.

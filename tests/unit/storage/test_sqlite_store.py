@@ -126,6 +126,7 @@ def test_a_turn_that_never_committed_comes_back_interrupted_with_its_completed_r
     snapshot = run(second.conversation(scope).load())
     assert snapshot.interrupted_turn_ids == ("turn_2",)
     assert [entry.index for entry in snapshot.uncommitted[0].rounds] == [0, 1]
+    assert [t.rounds for t in snapshot.turns] == [3, 1], "an uncommitted turn counts the rounds its log holds"
 
     later = T0 + timedelta(hours=1)
     restored = run(restore_conversation(second.conversation(scope), now=later))
@@ -142,6 +143,7 @@ def test_a_turn_that_never_committed_comes_back_interrupted_with_its_completed_r
     status = restored.timeline.blocks[-1]
     assert status.meta["state"] == "interrupted"
     assert "1 completed round" in (status.text or "")
+    assert run(second.conversation(scope).read_turn_log("turn_2")).turn.rounds == 2, "the status is its round 2"
 
     again = run(restore_conversation(second.conversation(scope), now=later))
     assert again.interrupted_turn_ids == (), "the interruption is recorded once"
