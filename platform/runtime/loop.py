@@ -179,7 +179,7 @@ class TurnRunner:
         )
         head = self._head_blocks(turn, generation, model_ref, now, pruned)
         timeline.contribute(*head)
-        await recorder.begin(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
+        recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
         await emit(
             TurnEvent(
                 "turn.started",

@@ -19,6 +19,7 @@ that are parsed are trusted to be what Berth stored (:data:`~berth.runtime.block
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -268,22 +269,37 @@ class TurnRecorder:
         self._stored_sources = sources
         self._stored = stored
         self._rounds = 0  # rounds appended to the turn log (the head is round 0)
+        self._beginning: asyncio.Future[None] | None = None
         self.committed: CommittedTimeline | None = None
         """The timeline as the last :meth:`commit` stored it."""
 
     async def begin(self, head: Sequence[Block], *, started_at: datetime, generation: str | None = None) -> None:
         """Record the turn as running with its head blocks (header, prompt, attachments)."""
-        await self._handle.begin_turn(
-            self.turn_id,
-            started_at=started_at,
-            generation=generation,
-            head=tuple(self._stored.record(block) for block in head),
-        )
+        self.start(head, started_at=started_at, generation=generation)
+        await self.begun()
+
+    def start(self, head: Sequence[Block], *, started_at: datetime, generation: str | None = None) -> None:
+        """Start recording the turn as running with its head blocks, without waiting for the write.
+
+        The first round takes a model call; the head's write need not hold it up (under load it may wait
+        for the database behind other turns' commits). :meth:`record_round` and :meth:`commit` wait for
+        it, so the log stays in order, and a failure to begin surfaces there.
+        """
+        records = tuple(self._stored.record(block) for block in head)
         self._stored.logged(head, round_=0)
         self._rounds = 0
+        self._beginning = asyncio.ensure_future(
+            self._handle.begin_turn(self.turn_id, started_at=started_at, generation=generation, head=records)
+        )
+
+    async def begun(self) -> None:
+        """Wait until the turn's head is stored (a cancelled caller does not cancel the write)."""
+        if self._beginning is not None:
+            await asyncio.shield(self._beginning)
 
     async def record_round(self, blocks: Sequence[Block], *, sources: SourcesPool) -> int:
         """Append a completed round's blocks and the source rows it changed; return the round index."""
+        await self.begun()
         changed = changed_source_records(self._stored_sources, sources)
         index = await self._handle.append_round(
             self.turn_id, tuple(self._stored.record(block) for block in blocks), sources=changed
@@ -311,6 +327,7 @@ class TurnRecorder:
         :param usage: the tokens the turn used, for the turn log.
         :param exit_reason: how the turn ended (the loop's outcome), for the turn log.
         """
+        await self.begun()
         blocks = tuple(timeline.blocks)
         if final_round:  # the commit appends it to the log as the next round (the store checks the reference)
             self._stored.logged(final_round, round_=self._rounds + 1)

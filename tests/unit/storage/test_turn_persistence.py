@@ -13,7 +13,7 @@ from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, restore_conversation
 from berth.runtime.timeline import Timeline
-from berth.storage.conversations import TimelineChange, TurnUsage
+from berth.storage.conversations import StorageError, TimelineChange, TurnUsage
 from berth.storage.scope import ConversationScope
 
 run = asyncio.run
@@ -150,3 +150,24 @@ def test_a_timeline_file_of_an_earlier_release_moves_into_the_table_on_open(
     commit_turn(store, scope, "turn_2")
     assert run(restore_conversation(store.conversation(scope), now=T0)).timeline.turn_ids() == ("turn_1", "turn_2")
     run(store.aclose())
+
+
+def test_a_turn_started_without_waiting_surfaces_a_failed_begin_at_its_next_write(
+    store: SqliteConversationStore, scope: ConversationScope
+) -> None:
+    commit_turn(store, scope, "turn_1")
+    handle = store.conversation(scope)
+    restored = run(restore_conversation(handle, now=T0))
+
+    async def start_again() -> None:
+        recorder = TurnRecorder(
+            handle, "turn_1", base_version=restored.version, sources=restored.sources, stored=restored.stored
+        )
+        recorder.start(head("turn_1"), started_at=T0)  # returns at once; the write goes on
+        await recorder.record_round(tool_round("turn_1", "c9"), sources=restored.sources)
+
+    with pytest.raises(StorageError) as refused:
+        run(start_again())
+    assert refused.value.code == "turn_exists"
+    log = run(handle.read_turn_log("turn_1"))
+    assert all(block.path != "tc:turn_1.c9.call" for entry in log.rounds for block in entry.blocks)
