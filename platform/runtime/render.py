@@ -181,6 +181,15 @@ class _Segments:
     current_first: int = 0
     """The index of the current turn's first part."""
 
+    def made_from(self, timeline: Timeline, start: int, pruned_turns: frozenset[str]) -> bool:
+        """Whether these parts were made from ``timeline`` as it is now (only appended to since)."""
+        return (
+            self.timeline is timeline
+            and self.revision == timeline.revision
+            and self.start == start
+            and self.pruned_turns == pruned_turns
+        )
+
     def following(self, timeline: Timeline, current_start: int, keep: int) -> _Segments:
         """Return segments for the same timeline with the first ``keep`` parts of these, to add to."""
         return _Segments(
@@ -255,14 +264,8 @@ class TimelineRenderer:
         blocks = timeline.blocks
         current = layouts[-1]
         made = self._segments
-        if (
-            made is not None
-            and made.timeline is timeline
-            and made.revision == timeline.revision
-            and made.start == start
-            and made.pruned_turns == pruned_turns
-            and made.current_start == current.start
-        ):
+        extendable = made is not None and made.made_from(timeline, start, pruned_turns)
+        if made is not None and extendable and made.current_start == current.start:
             # Only appended since: keep every part but the last, and make the rest of the current turn.
             segments = made.following(timeline, current.start, len(made.parts) - 1)
             self._add_units(segments, "current_turn", blocks, current, made.last_start, self._parts)
@@ -270,10 +273,7 @@ class TimelineRenderer:
             return segments
         if (
             made is not None
-            and made.timeline is timeline
-            and made.revision == timeline.revision
-            and made.start == start
-            and made.pruned_turns == pruned_turns
+            and extendable
             and len(layouts) >= 2
             and layouts[-2].start == made.current_start
             and layouts[-2].turn_id not in pruned_turns

@@ -53,6 +53,18 @@ def run_turn(
     return timeline
 
 
+def reopened_after_a_stop(root: Path, scope: ConversationScope, *, rounds: int) -> SqliteConversationStore:
+    """A store opened again after a process stopped: turn_1 committed, turn_2 begun with ``rounds`` rounds."""
+    first = open_store(root)
+    run_turn(first, scope, "turn_1")
+    handle = first.conversation(scope)
+    run(handle.begin_turn("turn_2", started_at=T0, generation="g1", head=tuple(map(block_record, head("turn_2")))))
+    for n in range(1, rounds + 1):
+        run(handle.append_round("turn_2", tuple(map(block_record, tool_round("turn_2", f"c{n}")))))
+    run(first.aclose())  # the process stops before the turn commits
+    return open_store(root)
+
+
 def test_a_new_conversation_loads_empty(store: SqliteConversationStore, scope: ConversationScope) -> None:
     snapshot = run(store.conversation(scope).load())
     assert snapshot.timeline == ()
@@ -114,15 +126,7 @@ def test_a_round_append_writes_the_same_statements_at_round_5_and_at_round_500(
 def test_a_turn_that_never_committed_comes_back_interrupted_with_its_completed_rounds(
     tmp_path: Path, scope: ConversationScope
 ) -> None:
-    root = tmp_path / "var"
-    first = open_store(root)
-    run_turn(first, scope, "turn_1")
-    handle = first.conversation(scope)
-    run(handle.begin_turn("turn_2", started_at=T0, generation="g1", head=tuple(map(block_record, head("turn_2")))))
-    run(handle.append_round("turn_2", tuple(map(block_record, tool_round("turn_2", "c1")))))
-    run(first.aclose())  # the process stops before the turn commits
-
-    second = open_store(root)
+    second = reopened_after_a_stop(tmp_path / "var", scope, rounds=1)
     snapshot = run(second.conversation(scope).load())
     assert snapshot.interrupted_turn_ids == ("turn_2",)
     assert [entry.index for entry in snapshot.uncommitted[0].rounds] == [0, 1]
@@ -235,13 +239,7 @@ def test_a_timeline_reference_to_a_log_entry_that_does_not_hold_the_block_is_ref
 def test_a_load_without_the_turn_index_still_returns_the_interrupted_turns(
     tmp_path: Path, scope: ConversationScope
 ) -> None:
-    root = tmp_path / "var"
-    store = open_store(root)
-    run_turn(store, scope, "turn_1")
-    handle = store.conversation(scope)
-    run(handle.begin_turn("turn_2", started_at=T0, generation=None, head=tuple(map(block_record, head("turn_2")))))
-    run(store.aclose())
-    store = open_store(root)  # another instance: turn_2 was left running by a process that is gone
+    store = reopened_after_a_stop(tmp_path / "var", scope, rounds=0)
     snapshot = run(store.conversation(scope).load(turn_index=False))
     assert [t.turn_id for t in snapshot.turns] == ["turn_2"]
     assert [log.turn.turn_id for log in snapshot.uncommitted] == ["turn_2"]
