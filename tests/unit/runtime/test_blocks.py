@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from berth.runtime.blocks import Block, BlockType, format_utc
@@ -107,3 +110,15 @@ def test_unknown_fields_and_types_are_refused() -> None:
         prompt_block(colour="red")
     with pytest.raises(ValidationError):
         prompt_block(type="user.shout")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    moment=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    offset_minutes=st.integers(-14 * 60, 14 * 60),
+)
+def test_a_block_serializes_its_timestamp_exactly_as_format_utc_does(moment: datetime, offset_minutes: int) -> None:
+    aware = moment.replace(tzinfo=timezone(timedelta(minutes=offset_minutes)))
+    block = prompt_block(ts=aware)
+    assert json.loads(block.model_dump_json())["ts"] == format_utc(aware)
+    assert Block.model_validate_json(block.model_dump_json()).ts == aware
