@@ -5,8 +5,8 @@ Writes come in three kinds, by what they need:
 * :meth:`SqliteDatabase.write` — a transaction in the calling (worker) thread, durable or not
   (:meth:`SqliteDatabase.read` for a consistent read, :meth:`SqliteDatabase.read_now` for a short one);
 * :meth:`SqliteDatabase.write_now` — a short non-durable write (a round's append), run on the event
-  loop's thread when the connection is free: handing 0.1 ms of work to a thread costs more than the
-  work, in thread wake-ups and GIL hand-offs;
+  loop's thread when the connection is free (handing 0.1 ms of work to a thread costs more than the
+  work, in thread wake-ups and GIL hand-offs), and joining the next group commit when it is not;
 * :meth:`SqliteDatabase.write_together` — a durable write (a turn's commit) that shares its ``fsync``
   with the durable writes queued while the previous group was committing (group commit). Each write
   runs in its own savepoint: one that fails is rolled back alone and raises to its own caller; the
@@ -136,14 +136,17 @@ class SqliteDatabase:
             self._lock.release()
 
     async def write_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run a short non-durable write (see :meth:`write`), on this thread when the database is free.
+        """Run a short write that need not be durable (see :meth:`write`), on this thread when the database is free.
 
-        When another thread holds the connection, the write goes to a worker thread instead of blocking
-        the caller's event loop. ``work`` must be short: it runs on the event loop's thread.
+        When another thread holds the connection, the write joins the next group commit
+        (:meth:`write_together`) instead of blocking the caller's event loop. ``work`` must be short:
+        it may run on the event loop's thread.
         """
-        self._count_write()
         if not self._lock.acquire(blocking=False):
-            return await asyncio.to_thread(self.write, work, durable=False)
+            # Busy (a group is committing, most likely): join the next group. It waits as long as a
+            # worker thread would for the lock, costs no thread of its own, and is fsync-ed besides.
+            return await self.write_together(work)
+        self._count_write()
         try:
             return self._transaction(work, durable=False)
         finally:

@@ -306,7 +306,7 @@ def test_turn_lifecycle_errors_have_codes(store: SqliteConversationStore, scope:
     assert missing_log.value.code == "turn_not_found"
 
 
-def test_a_short_write_goes_to_a_worker_thread_while_another_thread_holds_the_database(tmp_path: Path) -> None:
+def test_a_short_write_waits_off_the_event_loop_while_another_thread_holds_the_database(tmp_path: Path) -> None:
     database = SqliteDatabase(tmp_path / "db.sqlite3")
     database.open("CREATE TABLE t (x INTEGER);")
     holding, release = threading.Event(), threading.Event()
