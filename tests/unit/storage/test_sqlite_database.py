@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,3 +79,29 @@ def test_writes_to_a_closed_database_fail_with_store_closed(tmp_path: Path) -> N
     with pytest.raises(StorageError) as closed:
         asyncio.run(database.write_together(insert(1)))
     assert closed.value.code == "store_closed"
+
+
+def test_a_checkpoint_runs_while_another_thread_holds_the_connection(tmp_path: Path) -> None:
+    database = open_database(tmp_path, [])
+    for n in range(20):
+        database.write(insert(n), durable=False)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(connection: sqlite3.Connection) -> None:
+        holding.set()
+        release.wait(10)
+
+    holder = threading.Thread(target=database.write, args=(hold,))
+    holder.start()
+    assert holding.wait(10)
+    try:
+        database.checkpoint()  # on its own connection: it does not wait for the held one
+        assert holder.is_alive(), "the checkpoint finished while the other write still held the connection"
+    finally:
+        release.set()
+        holder.join()
+    with sqlite3.connect(tmp_path / "db.sqlite3") as observer:
+        _, frames, copied = observer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert frames == copied, "every frame of the WAL is in the database file"
+    assert stored(database) == list(range(20))
+    database.close()
