@@ -17,8 +17,9 @@ the last round answers. Scenarios:
 * 40 turns x 8 rounds on one conversation: the per-round cost of turn 1 and of turn 40 (by then the
   history holds 312 earlier rounds, about 640 KB of tool results).
 
-Every figure is the median of ``--repeat`` runs (default 3; the 500-round turn runs
-``max(1, repeat - 2)`` times), after one 10-round warm-up turn per framework. It prints a table of
+Every figure is the median of ``--repeat`` runs (default 5: an 8-round turn ends with one ``fsync``,
+whose time varies on this disk; the 500-round turn runs ``max(1, repeat - 2)`` times), after one
+10-round warm-up turn per framework. It prints a table of
 milliseconds per round and each LangGraph column's ratio to Berth. Note what each side persists:
 Berth commits every round to SQLite on disk (WAL, ``synchronous=NORMAL``: survives a killed process)
 and the timeline once per turn (``fsync``-ed); LangGraph's ``InMemorySaver`` keeps its checkpoints in
@@ -30,7 +31,7 @@ parse, validate, contribute, persist) for the 100-round turn and for turn 40; ``
 cProfile's top functions for the same two turns.
 
 Usage: ``python bench/turn_overhead.py [--repeat N] [--chunk-size N] [--breakdown] [--profile]
-[--no-langgraph] [--cpu N]`` (about a minute and a half on two cores; pinned to one CPU by default).
+[--no-langgraph] [--cpu N]`` (about two minutes on two cores; pinned to one CPU by default).
 """
 
 from __future__ import annotations
@@ -512,7 +513,7 @@ def pin_to_cpu(cpu: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per single-turn scenario (median)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per single-turn scenario (median)")
     parser.add_argument("--chunk-size", type=int, default=64, help="characters per streamed chunk of Berth's model")
     parser.add_argument("--profile", action="store_true", help="cProfile Berth's turns after the table")
     parser.add_argument("--breakdown", action="store_true", help="time Berth's phases per round after the table")
