@@ -251,7 +251,10 @@ class SqliteDatabase:
     def _sync_wal(self) -> None:
         """``fsync`` the WAL file (and, the first time, its folder, which holds the WAL's entry)."""
         wal = self.path.with_name(self.path.name + "-wal")
-        descriptor = os.open(wal, os.O_RDONLY)
+        try:
+            descriptor = os.open(wal, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # the database was closed meanwhile: its last checkpoint synced the frames into the file
         try:
             os.fsync(descriptor)
         finally:
