@@ -93,6 +93,7 @@ class SqliteDatabase:
                 if self._trace is not None:
                     connection.set_trace_callback(self._trace)
                 self._connection = connection
+                self._folder_synced = False  # a new WAL file may be made: its folder entry is synced once
             self._connection.executescript(schema)
             for table, columns in (added_columns or {}).items():
                 present = {row[1] for row in self._connection.execute(f"PRAGMA table_info({table})")}
