@@ -7,13 +7,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from storage_builders import T0, final, head, open_store, tool_round
 
 from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, restore_conversation
 from berth.runtime.timeline import Timeline
-from berth.storage.conversations import StorageError, TimelineChange, TurnUsage
+from berth.storage.conversations import LoggedBlock, StorageError, TimelineChange, TurnUsage
 from berth.storage.scope import ConversationScope
 
 run = asyncio.run
@@ -171,3 +173,27 @@ def test_a_turn_started_without_waiting_surfaces_a_failed_begin_at_its_next_writ
     assert refused.value.code == "turn_exists"
     log = run(handle.read_turn_log("turn_1"))
     assert all(block.path != "tc:turn_1.c9.call" for entry in log.rounds for block in entry.blocks)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 11), min_size=0, max_size=12),
+    st.lists(st.integers(0, 11), min_size=0, max_size=12),
+)
+def test_applying_a_timeline_change_to_what_is_stored_gives_the_new_timeline(
+    before: list[int], after: list[int]
+) -> None:
+    pool = [*head("turn_1"), *tool_round("turn_1", "c1"), *tool_round("turn_1", "c2"), *final("turn_1")]
+    pool += [block.model_copy(update={"hidden": True, "replacement": "hidden"}) for block in pool[:4]]
+    stored = StoredTimeline()
+    stored.stored([pool[n] for n in before])
+    rows = {position: pool[n].model_dump_json() for position, n in enumerate(before)}
+    blocks = [pool[n] for n in after]
+    change = stored.change(blocks)
+    for position, write in change.writes:  # what a store does with it
+        rows[position] = (write.record if isinstance(write, LoggedBlock) else write).json
+    rows = {position: json for position, json in rows.items() if position < change.length}
+    assert [rows[position] for position in range(len(blocks))] == [block.model_dump_json() for block in blocks]
+    assert len(change.writes) <= sum(
+        1 for position, n in enumerate(after) if position >= len(before) or before[position] != n
+    ), "only positions whose block is not the one stored are written"
