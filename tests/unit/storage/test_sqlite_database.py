@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from berth.plugins.storage.sqlite_database import SqliteDatabase
 from berth.storage.conversations import StorageError
@@ -116,4 +119,36 @@ def test_a_checkpoint_runs_while_another_thread_holds_the_connection(tmp_path: P
         _, frames, copied = observer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     assert frames == copied, "every frame of the WAL is in the database file"
     assert stored(database) == list(range(20))
+    database.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(-5, 5), max_size=12))
+def test_a_group_commits_exactly_the_writes_that_succeeded(tmp_path: Path, values: list[int]) -> None:
+    database = SqliteDatabase(Path(tempfile.mkdtemp(dir=tmp_path)) / "db.sqlite3")  # a new one per example
+    database.open("CREATE TABLE t (x INTEGER PRIMARY KEY);")
+
+    def write(value: int) -> Callable[[sqlite3.Connection], int]:
+        def work(connection: sqlite3.Connection) -> int:
+            connection.execute("INSERT INTO t VALUES (?)", (value,))
+            if value < 0:
+                raise ValueError("refused after writing")
+            return value
+
+        return work
+
+    async def together() -> list[object]:
+        return list(await asyncio.gather(*(database.write_together(write(v)) for v in values), return_exceptions=True))
+
+    outcomes = asyncio.run(together())
+    expected: list[int] = []
+    for value, outcome in zip(values, outcomes, strict=True):
+        if value < 0:
+            assert isinstance(outcome, ValueError)
+        elif value in expected:
+            assert isinstance(outcome, sqlite3.IntegrityError)
+        else:
+            assert outcome == value
+            expected.append(value)
+    assert stored(database) == sorted(expected)
     database.close()
