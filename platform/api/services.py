@@ -21,6 +21,7 @@ from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
 from berth.host.runtime import HostRuntime
 from berth.logs import bound
+from berth.plugins.storage.embedded import EmbeddedStorageBackend
 from berth.plugins.storage.sqlite import SqliteConversationStore
 from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.plugins.storage.sqlite_meta import SqliteMetaStore
@@ -64,6 +65,7 @@ class HostServices:
         self.turns: dict[str, RunningTurn] = {}
         self._busy: dict[tuple[str, str, str, str], str] = {}
         self._runners: dict[tuple[str, str], TurnRunner] = {}
+        self.storage: EmbeddedStorageBackend | None = None
         self.store: SqliteConversationStore | None = None
         self.memory_index: SqliteMemoryIndex | None = None
         self.meta: SqliteMetaStore | None = None
@@ -101,10 +103,9 @@ class HostServices:
                 "does not have yet; use kind: embedded",
             )
         root = self._var_root or (self.config.descriptors.base_dir / storage.root).resolve()
-        self.store = SqliteConversationStore(root)
-        await self.store.open()
-        self.memory_index = SqliteMemoryIndex(root, database=self.store.database)  # one connection, shared commits
-        await self.memory_index.open()
+        self.storage = EmbeddedStorageBackend(root)  # the store and the memory index on one connection
+        await self.storage.open()
+        self.store, self.memory_index = self.storage.conversations, self.storage.memory
         self.meta = SqliteMetaStore(root)
         await self.meta.open()
         self.models = ModelPool(self.config, self.plugins.model_providers())
@@ -122,7 +123,7 @@ class HostServices:
                 await asyncio.wait(still_running, timeout=10)
         if self.models is not None:
             await self.models.aclose()
-        for closable in (self.meta, self.memory_index, self.store):
+        for closable in (self.meta, self.storage):
             if closable is not None:
                 await closable.aclose()
         await self.runtime.stop()
