@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal, Self, TypeAlias
+from typing import Annotated, Final, Literal, Self, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -122,7 +122,8 @@ class Block(BaseModel):
     type: BlockType
     path: str
     turn_id: Annotated[str, Field(pattern=f"^{TURN_ID_PATTERN}$")]
-    ts: UtcTimestamp
+    ts: datetime
+    """Timezone-aware; normalized to UTC (:data:`UtcTimestamp`'s rules, checked by the model's validator)."""
     author: Author
     mime: str = "text/plain"
     text: str | None = None
@@ -133,23 +134,13 @@ class Block(BaseModel):
     hidden: bool = False
     replacement: str | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _call_id_from_tool_call_path(cls, values: Any, info: ValidationInfo) -> Any:
-        """A ``tc:`` path names its call; fill ``call_id`` from it when the caller left it out."""
-        if isinstance(values, dict) and values.get("call_id") is None and not _is_stored(info):
-            path = values.get("path")
-            if isinstance(path, str) and path.startswith("tc:"):
-                try:
-                    parsed = parse_path(path)
-                except LogicalPathError:
-                    return values  # the after-validator reports the bad path with its code
-                if isinstance(parsed, ToolCallPath):
-                    return {**values, "call_id": parsed.call_id}
-        return values
-
     @model_validator(mode="after")
     def _check_consistency(self, info: ValidationInfo) -> Self:
+        # One validator does all the Python-side work (a validator call per field costs more than the
+        # checks). A frozen model's fields are normalized through __dict__, during validation only.
+        ts = self.ts
+        if ts.tzinfo is not UTC:
+            self.__dict__["ts"] = _require_utc(ts)
         if _is_stored(info):
             return self
         try:
@@ -159,10 +150,13 @@ class Block(BaseModel):
         owner = path_turn_id(parsed)
         if owner is not None and owner != self.turn_id:
             raise ValueError(f"path {self.path!r} belongs to {owner!r}, not to turn_id {self.turn_id!r}")
-        if isinstance(parsed, ToolCallPath) and parsed.call_id != self.call_id:
-            raise ValueError(f"path {self.path!r} names call {parsed.call_id!r}, not call_id {self.call_id!r}")
-        contents = sum(value is not None for value in (self.text, self.data, self.blob_ref))
-        if contents > 1:
+        if isinstance(parsed, ToolCallPath):
+            if self.call_id is None:  # a tc: path names its call; the caller may leave call_id out
+                self.__dict__["call_id"] = parsed.call_id
+                self.__pydantic_fields_set__.add("call_id")
+            elif parsed.call_id != self.call_id:
+                raise ValueError(f"path {self.path!r} names call {parsed.call_id!r}, not call_id {self.call_id!r}")
+        if (self.text is not None) + (self.data is not None) + (self.blob_ref is not None) > 1:
             raise ValueError("a block carries at most one of text, data and blob_ref")
         if self.hidden and not self.replacement:
             raise ValueError("a hidden block needs a replacement text saying what was hidden")

@@ -64,33 +64,29 @@ def block_from_record(record: BlockRecord) -> Block:
 
 
 class StoredTimeline:
-    """What the store holds of one timeline: the block at each position, and each block's stored JSON.
+    """What the store holds of one timeline: the block at each position, and each block's stored form.
 
     A block is immutable, so it is serialized once while its turn runs (the turn log and the commit share
-    the JSON); and a commit writes only the positions whose block is not the one stored there
+    the record); and a commit writes only the positions whose block is not the one stored there
     (:meth:`change`), so its cost is what the turn changed, not what the conversation holds. Identity is
     safe to compare: every entry holds its block, so no other object can take that identity meanwhile.
     """
 
     def __init__(self) -> None:
-        self._json: dict[int, tuple[Block, str]] = {}
+        self._records: dict[int, tuple[Block, BlockRecord]] = {}
         self._logged: dict[int, tuple[Block, str, int, int]] = {}
         self._stored: list[Block] = []
 
-    def json_of(self, block: Block) -> str:
-        """Return ``block.model_dump_json()``, computed at most once per block."""
-        entry = self._json.get(id(block))
-        if entry is None or entry[0] is not block:
-            entry = self._json[id(block)] = (block, block.model_dump_json())
-        return entry[1]
-
-    def remember(self, block: Block, json: str) -> None:
-        """Record that ``json`` is the stored JSON of ``block`` (it was just parsed from it)."""
-        self._json[id(block)] = (block, json)
+    def remember(self, block: Block, record: BlockRecord) -> None:
+        """Record that ``record`` is the stored form of ``block`` (it was just parsed from it)."""
+        self._records[id(block)] = (block, record)
 
     def record(self, block: Block) -> BlockRecord:
-        """Return the stored form of ``block`` (see :func:`block_record`)."""
-        return BlockRecord(turn_id=block.turn_id, path=block.path, type=str(block.type), json=self.json_of(block))
+        """Return the stored form of ``block`` (see :func:`block_record`), made at most once per block."""
+        entry = self._records.get(id(block))
+        if entry is None or entry[0] is not block:
+            entry = self._records[id(block)] = (block, block_record(block))
+        return entry[1]
 
     def logged(self, blocks: Sequence[Block], *, round_: int) -> None:
         """Remember that the turn log holds ``blocks`` as round ``round_``, in order.
@@ -117,12 +113,12 @@ class StoredTimeline:
         return TimelineChange(length=len(blocks), writes=tuple(writes))
 
     def stored(self, blocks: Sequence[Block]) -> None:
-        """Record that ``blocks`` are now the stored timeline, and forget the JSON and log places held so far.
+        """Record that ``blocks`` are now the stored timeline, and forget the records and log places held so far.
 
         A stored block is written again only if compaction moves it, so neither is worth keeping.
         """
         self._stored = list(blocks)
-        self._json = {}
+        self._records = {}
         self._logged = {}
 
 
@@ -140,9 +136,17 @@ class CommittedTimeline:
 
 
 def changed_source_records(before: SourcesPool, after: SourcesPool) -> tuple[SourceRecord, ...]:
-    """Return the rows of ``after`` that are new or changed since ``before`` (the pool's rows are shared)."""
+    """Return the rows of ``after`` that are new or changed since ``before`` (the pool's rows are shared).
+
+    A pool is immutable and a merge that changes nothing returns the same pool, so most rounds compare
+    nothing; a row kept by a merge is the same object, compared by identity before its fields.
+    """
+    if after is before:
+        return ()
     return tuple(
-        SourceRecord(sid=row.sid, json=row.model_dump_json()) for row in after.rows if before.get(row.sid) != row
+        SourceRecord(sid=row.sid, json=row.model_dump_json())
+        for row in after.rows
+        if (known := before.get(row.sid)) is not row and known != row
     )
 
 
@@ -186,11 +190,7 @@ class RestoredConversation:
 def _parsed_timeline(records: Sequence[BlockRecord]) -> tuple[Timeline, StoredTimeline]:
     """Return the timeline the stored ``records`` hold, and a :class:`StoredTimeline` that knows them."""
     stored = StoredTimeline()
-    blocks = []
-    for record in records:
-        block = block_from_record(record)
-        stored.remember(block, record.json)
-        blocks.append(block)
+    blocks = [block_from_record(record) for record in records]
     stored.stored(blocks)
     return Timeline(blocks), stored
 
@@ -218,7 +218,7 @@ async def restore_conversation(
         for entry in log.rounds:
             for record in entry.blocks:
                 block = block_from_record(record)
-                stored.remember(block, record.json)
+                stored.remember(block, record)
                 blocks.append(block)
         status = interrupted_status_block(log, now=now)
         timeline.contribute(*blocks, status)

@@ -31,7 +31,7 @@ from berth.runtime.caching import (
     plan_checkpoints,
 )
 from berth.runtime.pruning import PRUNING_NOTICE, render_pruned_turn
-from berth.runtime.sources import SourcesPool, render_sources_pool
+from berth.runtime.sources import SourcesPool
 from berth.runtime.timeline import Round, Timeline, TurnLayout
 
 __all__ = [
@@ -52,10 +52,15 @@ BLOCK_SEPARATOR: Final = "\n\n"
 """What separates two rendered blocks inside one prompt part."""
 
 
-class PromptPart(BaseModel):
-    """One content block of the prompt; ``cache_checkpoint`` marks the end of a cached prefix."""
+@dataclass(frozen=True, slots=True)
+class PromptPart:
+    """One content block of the prompt; ``cache_checkpoint`` marks the end of a cached prefix.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A slotted dataclass rather than a pydantic model: the renderer makes the parts (there is nothing
+    to validate), and a resident conversation keeps one per turn head and round, so each part being
+    one object instead of three (instance, ``__dict__``, fields-set) keeps the garbage collector's
+    full passes short on a busy host.
+    """
 
     section: PromptSection
     text: str
@@ -227,6 +232,36 @@ class TimelineRenderer:
         # of those ids can be reused by another object while the entry exists.
         self._parts: _PartCache = {}
         self._segments: _Segments | None = None
+        self._system: PromptPart | None = None
+        self._sources: PromptPart | None = None
+        # (id of a part, checkpoint kind) → (that part, its copy carrying the checkpoint), for the last render
+        self._marked: dict[tuple[int, CheckpointKind], tuple[PromptPart, PromptPart]] = {}
+
+    def _system_part(self, system: str) -> PromptPart:
+        part = self._system
+        if part is None or part.text != system:
+            part = self._system = PromptPart(section="system", text=system, cache_checkpoint="system")
+        return part
+
+    def _sources_part(self, text: str) -> PromptPart:
+        part = self._sources
+        if part is None or part.text is not text:
+            part = self._sources = PromptPart(section="sources", text=text)
+        return part
+
+    def _marked_part(
+        self,
+        part: PromptPart,
+        kind: CheckpointKind,
+        marked: dict[tuple[int, CheckpointKind], tuple[PromptPart, PromptPart]],
+    ) -> PromptPart:
+        """Return ``part`` carrying the ``kind`` checkpoint (the same copy while ``part`` keeps it)."""
+        key = (id(part), kind)
+        entry = self._marked.get(key)
+        if entry is None or entry[0] is not part:
+            entry = (part, PromptPart(section=part.section, text=part.text, cache_checkpoint=kind))
+        marked[key] = entry
+        return entry[1]
 
     def _part(
         self, section: PromptSection, blocks: Sequence[Block], into: _PartCache, *, card: bool = False
@@ -332,29 +367,26 @@ class TimelineRenderer:
         start = timeline.latest_summary_index or 0
         layouts = timeline.turn_layouts(start)
         checkpoints = plan_checkpoints(timeline, start=start, offset=offset)
-        parts = [PromptPart(section="system", text=system, cache_checkpoint="system")]
+        parts = [self._system_part(system)]
         characters = len(system)
         if layouts:
             segments = self._timeline_segments(timeline, layouts, start, pruned_turns)
             # A checkpoint goes on the last part ending at its position (after the pruning notice); one
             # that ends inside a pruned card cannot be placed and is left out.
             placed: list[CacheCheckpoint] = []
+            marked: dict[tuple[int, CheckpointKind], tuple[PromptPart, PromptPart]] = {}
             parts.extend(segments.parts)
             characters += segments.characters
             for checkpoint in checkpoints:
                 index = bisect_right(segments.ends, checkpoint.end) - 1
                 if index >= 0 and segments.ends[index] == checkpoint.end:
                     placed.append(checkpoint)
-                    parts[1 + index] = parts[1 + index].model_copy(update={"cache_checkpoint": checkpoint.kind})
+                    parts[1 + index] = self._marked_part(parts[1 + index], checkpoint.kind, marked)
+            self._marked = marked
             checkpoints = tuple(placed)
         else:
             checkpoints = ()
-        parts.append(
-            PromptPart(
-                section="sources",
-                text=render_sources_pool(sources.rows, snippet_chars=source_snippet_chars),
-            )
-        )
+        parts.append(self._sources_part(sources.rendered(snippet_chars=source_snippet_chars)))
         parts.append(PromptPart(section="announce", text=render_announce(announce, timeline.announced)))
 
         assert 1 + len(checkpoints) <= MAX_CACHE_BREAKPOINTS  # the system message's and the placed ones

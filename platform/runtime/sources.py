@@ -9,9 +9,10 @@ Only http(s) rows are citable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, Self, TypeAlias
+from types import MappingProxyType
+from typing import Any, Final, Literal, Self, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -153,6 +154,8 @@ class SourcesPool(BaseModel):
     rows: tuple[SourceRow, ...] = ()
     _by_key: dict[str, SourceRow] = PrivateAttr(default_factory=dict)
     _by_sid: dict[int, SourceRow] = PrivateAttr(default_factory=dict)
+    _citations: Mapping[int, CitationSource] | None = PrivateAttr(default=None)
+    _rendered: tuple[int, str] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _index(self) -> Self:
@@ -171,6 +174,16 @@ class SourcesPool(BaseModel):
         self._by_sid = by_sid
         return self
 
+    def _private(self) -> dict[str, Any]:
+        """The private attributes, read directly.
+
+        Reading one as ``self._by_sid`` goes through pydantic's ``__getattr__`` fallback, which costs
+        an ``AttributeError`` raised and caught per read (≈2 µs); ``get`` runs per cited source.
+        """
+        private = self.__pydantic_private__
+        assert private is not None
+        return private
+
     @property
     def next_sid(self) -> int:
         """The SID the next new source will get."""
@@ -178,28 +191,55 @@ class SourcesPool(BaseModel):
 
     def get(self, sid: int) -> SourceRow | None:
         """Return the row with this SID, or ``None``."""
-        return self._by_sid.get(sid)
+        by_sid: dict[int, SourceRow] = self._private()["_by_sid"]
+        return by_sid.get(sid)
 
     def find(self, source: Source) -> SourceRow | None:
         """Return the row that is the same source as ``source`` (same normalized URL or path), if any."""
-        return self._by_key.get(source.dedup_key)
+        by_key: dict[str, SourceRow] = self._private()["_by_key"]
+        return by_key.get(source.dedup_key)
 
     def select(self, selector: SourcesPath) -> tuple[SourceRow, ...]:
         """Return the rows a ``so:sources_pool[...]`` path names (all rows for a bare ``so:sources_pool``)."""
         if not selector.ranges:
             return self.rows
-        return tuple(row for sid in selector.sids() if (row := self._by_sid.get(sid)) is not None)
+        return tuple(row for sid in selector.sids() if (row := self._private()["_by_sid"].get(sid)) is not None)
 
     def citable_rows(self) -> tuple[SourceRow, ...]:
         """Return the rows the model may cite (http and https)."""
         return tuple(row for row in self.rows if row.citable)
+
+    def citation_sources(self) -> Mapping[int, CitationSource]:
+        """Return the citable rows as the citation renderer needs them (title falls back to the URL).
+
+        A pool is immutable, so this is built once per pool (every round of a turn asks for it).
+        """
+        private = self._private()
+        lookup: Mapping[int, CitationSource] | None = private["_citations"]
+        if lookup is None:
+            rows = self.citable_rows()
+            lookup = private["_citations"] = MappingProxyType(
+                {row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url) for row in rows}
+            )
+        return lookup
+
+    def rendered(self, *, snippet_chars: int = 160) -> str:
+        """Return :func:`render_sources_pool` of the rows, rendered once per pool and snippet size."""
+        private = self._private()
+        rendered: tuple[int, str] | None = private["_rendered"]
+        if rendered is None or rendered[0] != snippet_chars:
+            rendered = private["_rendered"] = (
+                snippet_chars,
+                render_sources_pool(self.rows, snippet_chars=snippet_chars),
+            )
+        return rendered[1]
 
     def merge(self, sources: Iterable[Source]) -> PoolMerge:
         """Merge ``sources`` into a new pool; known sources keep their SID and are enriched.
 
         A source repeated within ``sources`` gets one SID. ``PoolMerge.sids`` follows the input order.
         """
-        by_key = dict(self._by_key)
+        by_key = dict(self._private()["_by_key"])
         order: list[str] = [row.dedup_key for row in self.rows]
         next_sid = self.next_sid
         sids: list[int] = []
@@ -216,7 +256,7 @@ class SourcesPool(BaseModel):
                 row = existing.enriched_with(source)
             by_key[key] = row
             sids.append(row.sid)
-        if not added and all(by_key[key] is self._by_key[key] for key in order):
+        if not added and all(by_key[key] is self._private()["_by_key"][key] for key in order):
             return PoolMerge(pool=self, sids=tuple(sids), added=())
         pool = SourcesPool(rows=tuple(by_key[key] for key in order))
         return PoolMerge(pool=pool, sids=tuple(sids), added=tuple(added))
@@ -248,8 +288,6 @@ def render_sources_pool(rows: Sequence[SourceRow], *, snippet_chars: int = 160) 
     return "\n".join(lines)
 
 
-def citation_lookup(pool: SourcesPool) -> dict[int, CitationSource]:
-    """The pool's citable rows as the citation renderer needs them (title falls back to the URL)."""
-    return {
-        row.sid: CitationSource(sid=row.sid, url=row.url, title=row.title or row.url) for row in pool.citable_rows()
-    }
+def citation_lookup(pool: SourcesPool) -> Mapping[int, CitationSource]:
+    """The pool's citable rows as the citation renderer needs them (see :meth:`SourcesPool.citation_sources`)."""
+    return pool.citation_sources()

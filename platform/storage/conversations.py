@@ -69,9 +69,13 @@ class StorageError(Exception):
         super().__init__(f"{code}: {message}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BlockRecord:
-    """A timeline block as it is stored: the columns a store indexes, plus the block's JSON."""
+    """A timeline block as it is stored: the columns a store indexes, plus the block's JSON.
+
+    Made for every block of every round, so not declared ``frozen`` (a frozen dataclass's ``__init__``
+    costs three times as much); treat it as immutable.
+    """
 
     turn_id: str
     path: str
@@ -145,11 +149,13 @@ class TurnLog:
     rounds: tuple[TurnRound, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoggedBlock:
     """A block the turn log already holds, named by where: the timeline refers to it instead of copying it.
 
     :ivar record: the block itself (a store may copy it instead of referring to the log).
+
+    Not declared ``frozen``, as :class:`BlockRecord`; treat it as immutable.
     """
 
     turn_id: str

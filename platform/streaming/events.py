@@ -3,8 +3,10 @@
 The parser (:mod:`berth.streaming.parser`) produces :data:`ParserEvent`\\ s carrying raw channel
 text; the renderer (:mod:`berth.streaming.rendering`) turns them into :data:`StreamEvent`\\ s, in
 which text is rendered for clients (citations replaced) and JSON fields stream on their own.
-They are slotted frozen dataclasses rather than pydantic models because one is built for every
-chunk on the hot path; they never cross a process boundary as they are (the API encodes them).
+They are slotted dataclasses rather than pydantic models because one is built for every chunk on
+the hot path; they never cross a process boundary as they are (the API encodes them). Nothing changes
+an event once built, but they are not declared ``frozen``: a frozen dataclass sets each field through
+``object.__setattr__``, which makes building one three to four times dearer.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from pydantic import JsonValue
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelOpened:
     """An opening tag started instance ``instance`` (0, 1, …) of ``channel``.
 
@@ -28,7 +30,7 @@ class ChannelOpened:
     declared: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelText:
     """A piece of raw channel content as the model wrote it (parser output only)."""
 
@@ -37,7 +39,7 @@ class ChannelText:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelDelta:
     """A piece of channel content ready for clients.
 
@@ -53,7 +55,7 @@ class ChannelDelta:
     raw: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FieldDelta:
     """A piece of a top-level string field of a composite JSON channel, decoded (escapes resolved)."""
 
@@ -64,7 +66,7 @@ class FieldDelta:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FieldCompleted:
     """A top-level field of a composite JSON channel is complete; ``value`` is its parsed JSON value."""
 
@@ -75,7 +77,7 @@ class FieldCompleted:
     value: JsonValue
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelClosed:
     """An instance ended: at its closing tag, or at the end of the stream when ``unterminated``."""
 
@@ -85,7 +87,7 @@ class ChannelClosed:
     unterminated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutsideText:
     """Text found outside any channel; never lost (the runtime turns it into a protocol notice)."""
 

@@ -4,15 +4,20 @@
 :class:`StreamResult` at the end. Raw text is exactly what the model wrote — citation tokens
 included; rendering happens only in emitted deltas. Times are seconds since the stream started,
 read from an injectable clock.
+
+The results are slotted dataclasses, built for every model response without validating what the
+recorder already made; treat them as immutable (they are not declared ``frozen``, which would make
+building them several times dearer).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from berth.streaming.channels import ChannelFormat, ChannelSpec
 from berth.streaming.citations import CitationSource
@@ -22,15 +27,14 @@ from berth.streaming.errors import StreamProblem
 Clock = Callable[[], float]
 
 
-class InstanceResult(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class InstanceResult:
     """One instance of a channel: its raw text, and for JSON channels the parsed object.
 
     ``parsed`` is the ``json_model`` instance when the spec names one, otherwise the plain JSON value;
     ``problem`` says why it is ``None`` (codes ``json_empty``, ``json_invalid``,
     ``json_schema_mismatch``). ``unterminated`` is true when the stream ended before the closing tag.
     """
-
-    model_config = ConfigDict(frozen=True)
 
     instance: int
     raw_text: str
@@ -46,15 +50,14 @@ class InstanceResult(BaseModel):
         return self.closed_at_s - self.opened_at_s
 
 
-class ChannelResult(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class ChannelResult:
     """Everything one channel produced over the stream.
 
     ``used_sources`` are the sources its emitted text cited (in order of first citation) and
     ``unknown_sids`` the cited SIDs that could not be rendered; both are empty when the channel does
     not replace citations (use :func:`berth.streaming.cited_sids` on the raw text then).
     """
-
-    model_config = ConfigDict(frozen=True)
 
     name: str
     format: ChannelFormat
@@ -84,14 +87,13 @@ class ChannelResult(BaseModel):
         return self.instances[-1].closed_at_s if self.instances else None
 
 
-class StreamResult(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class StreamResult:
     """The results of one stream: every declared channel (even if absent) and every undeclared one seen.
 
     ``outside_text`` is all text found outside channels, concatenated; ``stopped_by`` is set when a
     subscriber's policy error stopped the stream (open instances are then unterminated).
     """
-
-    model_config = ConfigDict(frozen=True)
 
     channels: dict[str, ChannelResult]
     outside_text: str = ""

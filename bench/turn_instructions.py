@@ -1,0 +1,97 @@
+"""Benchmark: instructions per ReAct round, counted by valgrind — the platform's work without the machine's noise.
+
+Wall-clock time per round (``bench/turn_overhead.py``) swings by half on a shared VM; the number of
+instructions a round executes does not (the same to 0.05% run after run). This script runs its own
+child twice under ``valgrind --tool=callgrind`` with a fixed hash seed: once with one warm-up turn and
+one 100-round turn, once with the warm-up and ``--turns`` + 1 such turns, each on a new conversation of
+the same SQLite store. The difference, divided by the extra rounds, is what a round costs: render,
+stream parse, validation, the tool call, contribution and the round's append (the turn's commit is
+spread over its rounds, as in ``turn_overhead.py``). System calls count only their user-space side.
+
+Usage: ``python bench/turn_instructions.py [--turns N] [--rounds N]`` (about a minute; needs valgrind).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder comes first on sys.path and its sibling bench/mcp.py would shadow the
+# MCP SDK's `mcp` package, which the host imports.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import importlib.util  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_turns(turns: int, rounds: int) -> None:
+    """The child: a warm-up turn, then ``turns`` turns of ``rounds`` rounds, each on a new conversation."""
+    spec = importlib.util.spec_from_file_location("turn_overhead", HERE / "turn_overhead.py")
+    assert spec is not None and spec.loader is not None
+    overhead = importlib.util.module_from_spec(spec)
+    sys.modules["turn_overhead"] = overhead
+    spec.loader.exec_module(overhead)
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="berth-instructions-") as tmp:
+            async with overhead.BerthStack(Path(tmp), 64) as stack:
+                await stack.turn(stack.new_conversation(), 1, 10)
+                for _ in range(turns):
+                    await stack.turn(stack.new_conversation(), 1, rounds)
+
+    asyncio.run(main())
+
+
+def count_instructions(turns: int, rounds: int) -> int:
+    """Run the child under callgrind; return the instructions it executed."""
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        str(turns),
+        "--rounds",
+        str(rounds),
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"valgrind printed no instruction count:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    """Print the instructions per round of a ``--rounds``-round turn."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=3, help="extra turns counted (default 3)")
+    parser.add_argument("--rounds", type=int, default=100, help="rounds per turn (default 100)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        run_turns(args.child, args.rounds)
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        base, more = pool.map(lambda turns: count_instructions(turns, args.rounds), (1, 1 + args.turns))
+    per_round = (more - base) / (args.turns * args.rounds)
+    print(f"{'run':<34}{'instructions':>16}")
+    print(f"{'warm-up + 1 turn':<34}{base:>16,}")
+    print(f"{f'warm-up + {1 + args.turns} turns':<34}{more:>16,}")
+    print(f"{f'per round ({args.rounds}-round turns)':<34}{per_round:>16,.0f}")
+
+
+if __name__ == "__main__":
+    main()
