@@ -146,6 +146,10 @@ def load_script(path: Path) -> tuple[list[ScriptEntry], int, bool]:
     return _entries(parsed), DEFAULT_CHUNK_SIZE, False
 
 
+REQUESTS_KEPT = 100
+"""How many of its latest requests a scripted provider keeps for inspection (it may hold up to twice as many)."""
+
+
 class ScriptedProvider:
     """A :class:`~berth.models.protocol.ModelProvider` that answers from a script, in order.
 
@@ -169,8 +173,11 @@ class ScriptedProvider:
         self._name = name
         self._next = 0
         self._repeat = repeat
+        self._calls = 0
         self.requests: list[ModelRequest] = []
-        """Every request received, in order (including those answered with a scripted error)."""
+        """The requests received, in order (including those answered with a scripted error): every one of
+        the latest :data:`REQUESTS_KEPT` at least. A demo host serving a repeating script for days must not
+        keep every prompt it was sent."""
 
     @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
@@ -194,13 +201,16 @@ class ScriptedProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Replay the next scripted response (see :meth:`berth.models.protocol.ModelProvider.stream`)."""
+        self._calls += 1
         self.requests.append(request)
+        if len(self.requests) > 2 * REQUESTS_KEPT:
+            del self.requests[:-REQUESTS_KEPT]
         if self._repeat and self._entries and self._next >= len(self._entries):
             self._next = 0  # a demo script starts over
         if self._next >= len(self._entries):
             raise ModelProviderError(
                 "script_exhausted",
-                f"{self._name} has no response left for call {len(self.requests)} "
+                f"{self._name} has no response left for call {self._calls} "
                 f"({len(self._entries)} scripted); add responses to the script",
             )
         entry = self._entries[self._next]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -215,3 +216,16 @@ async def test_a_host_whose_scope_names_an_embedder_not_installed_refuses_to_sta
     await services.stop()
     assert refused.value.code == "embedder_unknown"
     assert "globex/research" in str(refused.value) and "'word2vec'" in str(refused.value)
+
+
+async def test_a_serving_host_freezes_its_startup_heap_and_still_serves(tmp_path: Path) -> None:
+    """``berth run`` hides what startup made from the cyclic GC, so full collections walk only what serving made."""
+    assert gc.get_freeze_count() == 0
+    try:
+        async with api_stack(tmp_path, [], freeze_startup_heap=True) as stack:
+            frozen = gc.get_freeze_count()
+            response = await stack.client.get("/healthz")
+        assert response.status_code == 200
+        assert frozen > 10_000  # modules, models, the host and its bundles
+    finally:
+        gc.unfreeze()

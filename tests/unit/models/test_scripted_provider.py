@@ -50,6 +50,18 @@ async def test_responses_are_consumed_in_order_and_every_request_is_recorded(req
     assert provider.remaining == 0
 
 
+async def test_a_long_running_provider_keeps_only_its_latest_requests(
+    request_: ModelRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scripted, "REQUESTS_KEPT", 3)
+    provider = ScriptedProvider(["again"], repeat=True)
+    sent = [request_.model_copy(update={"metadata": {"n": str(n)}}) for n in range(20)]
+    for request in sent:
+        _ = [e async for e in provider.stream(request)]
+    assert 3 <= len(provider.requests) <= 6
+    assert provider.requests == sent[-len(provider.requests) :]
+
+
 async def test_running_out_of_script_is_an_error_not_a_default_answer(request_: ModelRequest) -> None:
     provider = ScriptedProvider(["only"])
     _ = [e async for e in provider.stream(request_)]
