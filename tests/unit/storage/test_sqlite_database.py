@@ -7,7 +7,8 @@ import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,25 @@ def insert(value: int) -> Callable[[sqlite3.Connection], int]:
 
 def stored(database: SqliteDatabase) -> list[int]:
     return [row[0] for row in database.read(lambda c: c.execute("SELECT x FROM t ORDER BY x").fetchall())]
+
+
+@contextmanager
+def held_by_another_thread(database: SqliteDatabase) -> Iterator[tuple[threading.Thread, threading.Event]]:
+    """Hold the connection in a write on another thread until the yielded event is set (or the block ends)."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(connection: sqlite3.Connection) -> None:
+        holding.set()
+        release.wait(10)
+
+    holder = threading.Thread(target=database.write, args=(hold,))
+    holder.start()
+    assert holding.wait(10)
+    try:
+        yield holder, release
+    finally:
+        release.set()
+        holder.join()
 
 
 def test_durable_writes_queued_together_share_one_commit_and_one_wal_fsync(
@@ -100,25 +120,29 @@ def test_a_checkpoint_runs_while_another_thread_holds_the_connection(tmp_path: P
     database = open_database(tmp_path, [])
     for n in range(20):
         database.write(insert(n), durable=False)
-    holding, release = threading.Event(), threading.Event()
-
-    def hold(connection: sqlite3.Connection) -> None:
-        holding.set()
-        release.wait(10)
-
-    holder = threading.Thread(target=database.write, args=(hold,))
-    holder.start()
-    assert holding.wait(10)
-    try:
+    with held_by_another_thread(database) as (holder, _):
         database.checkpoint()  # on its own connection: it does not wait for the held one
         assert holder.is_alive(), "the checkpoint finished while the other write still held the connection"
-    finally:
-        release.set()
-        holder.join()
     with sqlite3.connect(tmp_path / "db.sqlite3") as observer:
         _, frames, copied = observer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     assert frames == copied, "every frame of the WAL is in the database file"
     assert stored(database) == list(range(20))
+    database.close()
+
+
+def test_a_short_write_waits_off_the_event_loop_while_another_thread_holds_the_database(tmp_path: Path) -> None:
+    database = open_database(tmp_path, [])
+    with held_by_another_thread(database) as (_, release):
+
+        async def write_while_held() -> None:
+            write = asyncio.ensure_future(database.write_now(lambda c: c.execute("INSERT INTO t VALUES (1)")))
+            await asyncio.sleep(0)  # a yield, not a wait: the event loop runs on while the write waits
+            assert not write.done()
+            release.set()
+            await write
+
+        asyncio.run(write_while_held())
+    assert database.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 1
     database.close()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 from storage_builders import T0, final, head, open_store, tool_round
 
-from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore, SqliteDatabase
+from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, block_record, restore_conversation
 from berth.runtime.sources import Source, SourceRow, SourcesPool
 from berth.runtime.timeline import Timeline
@@ -304,32 +303,6 @@ def test_turn_lifecycle_errors_have_codes(store: SqliteConversationStore, scope:
     with pytest.raises(StorageError) as missing_log:
         run(handle.read_turn_log("turn_9"))
     assert missing_log.value.code == "turn_not_found"
-
-
-def test_a_short_write_waits_off_the_event_loop_while_another_thread_holds_the_database(tmp_path: Path) -> None:
-    database = SqliteDatabase(tmp_path / "db.sqlite3")
-    database.open("CREATE TABLE t (x INTEGER);")
-    holding, release = threading.Event(), threading.Event()
-
-    def hold(connection: sqlite3.Connection) -> None:
-        holding.set()
-        release.wait(10)
-
-    holder = threading.Thread(target=database.write, args=(hold,))
-    holder.start()
-    assert holding.wait(10)
-
-    async def write_while_held() -> None:
-        write = asyncio.ensure_future(database.write_now(lambda c: c.execute("INSERT INTO t VALUES (1)")))
-        await asyncio.sleep(0)  # a yield, not a wait: the event loop runs on while the write waits
-        assert not write.done()
-        release.set()
-        await write
-
-    run(write_while_held())
-    holder.join()
-    assert database.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 1
-    database.close()
 
 
 def test_a_closed_store_refuses_work(tmp_path: Path, scope: ConversationScope) -> None:
