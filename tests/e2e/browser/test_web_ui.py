@@ -92,7 +92,8 @@ def test_follow_up_chip_starts_a_turn_and_feedback_is_saved_and_reloaded(page: P
         first.locator("button.feedback[data-reaction='ok']").click()
     assert posted.value.status == 200
     assert json.loads(posted.value.request.post_data or "{}") == {"reaction": "ok"}
-    assert first.locator("button.feedback[data-reaction='ok']").get_attribute("aria-pressed") == "true"
+    # the button is marked once the UI has handled the response, a moment after it arrives
+    first.locator("button.feedback[data-reaction='ok'][aria-pressed='true']").wait_for()
 
     first.locator("button.followup", has_text="Greet me in French").click()
     wait_for_turns(page, 2)
