@@ -45,6 +45,11 @@ ANSWER = (
     "<channel:answer>" + "Berth answers with a streamed reply of moderate length. " * 6 + "</channel:answer>"
     '<channel:followups>{"followups": ["more?"]}</channel:followups>'
 )
+GATEWAY = {
+    "auth": {"mode": "none"},
+    "limits": {"default": {"requests_per_minute": 6_000_000, "burst": 100_000, "concurrent_turns": 1_000}},
+    "backpressure": {"max_inflight_turns_per_worker": 512, "queue_max": 1_000},
+}
 BARE_APP = textwrap.dedent(
     """
     import sys
@@ -248,6 +253,9 @@ def start_servers(work: Path) -> tuple[subprocess.Popen[bytes], int, subprocess.
     (descriptors / "bundles.yaml").write_text(
         yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
     )
+    # Admission stays on, with limits above the offered load: the run measures what checking them costs,
+    # not what refusing costs.
+    (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
     berth_port, bare_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
     berth_command = [str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]

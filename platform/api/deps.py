@@ -30,9 +30,12 @@ def caller(request: Request) -> Caller:
 
 
 async def scoped_caller(request: Request, tenant: str, project: str) -> Caller:
-    """The caller, checked against ``tenant``/``project`` (404 when not covered)."""
+    """The caller, checked against ``tenant``/``project`` (404 when not covered) and counted against the
+    tenant's request rate (429 when over it)."""
     who = caller(request)
-    require_scope(who, host_services(request).config.descriptors, tenant, project)
+    host = host_services(request)
+    require_scope(who, host.config.descriptors, tenant, project)
+    await host.admission.check_request(tenant)
     return who
 
 

@@ -225,6 +225,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         try:
             target = self._target(request)
+            await self.services.admission.check_request(target.tenant)
         except ApiError as exc:
             response = JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=exc.headers)
             await response(scope, receive, send)

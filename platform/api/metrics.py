@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import TurnResult
@@ -21,6 +21,16 @@ class Metrics:
         )
         self.reloads = Counter(
             "berth_bundle_reloads", "Bundle reload transactions", ["bundle", "ok"], registry=self.registry
+        )
+        self.admission_rejections = Counter(
+            "berth_admission_rejections",
+            "Requests and turns refused by gateway.yaml's limits (rate, concurrent_turns, backpressure)",
+            ["tenant", "reason"],
+            registry=self.registry,
+        )
+        self.turns_running = Gauge("berth_turns_running", "Turns running in this worker", registry=self.registry)
+        self.turns_queued = Gauge(
+            "berth_turns_queued", "Turns admitted and waiting for a slot in this worker", registry=self.registry
         )
         self.http = Histogram(
             "berth_http_request_duration_seconds",

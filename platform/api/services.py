@@ -11,11 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from berth.api.admission import Admission
 from berth.api.errors import ApiError, not_found
 from berth.api.metrics import Metrics
 from berth.api.sse import TurnEventLog
 from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import EmbedderConfig
+from berth.gateway.counters import MemoryCounters
 from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 
 FINISHED_TURNS_KEPT = 2000
 """Finished turns whose events stay replayable (for clients that reconnect late)."""
+
+
+CANCELLED_WAITING = "the turn was cancelled while it waited for a free slot; nothing of it was stored"
 
 
 def new_id(prefix: str) -> str:
@@ -64,6 +69,10 @@ class HostServices:
         self.metrics = Metrics()
         self.turns: dict[str, RunningTurn] = {}
         self._busy: dict[tuple[str, str, str, str], str] = {}
+        self._admitting: set[str] = set()
+        # Embedded mode counts in this process. Distributed mode (not served by the API yet: it needs the
+        # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
+        self.admission = Admission(lambda: self.config.descriptors.gateway, MemoryCounters(), self.metrics)
         self._runners: dict[tuple[str, str], TurnRunner] = {}
         self.storage: EmbeddedStorageBackend | None = None
         self.store: SqliteConversationStore | None = None
@@ -121,6 +130,7 @@ class HostServices:
                 task.cancel()
             if still_running:
                 await asyncio.wait(still_running, timeout=10)
+        await self.admission.aclose()
         if self.models is not None:
             await self.models.aclose()
         for closable in (self.meta, self.storage):
@@ -163,24 +173,39 @@ class HostServices:
         attachments: tuple[tuple[str, str, bytes], ...] = (),
         user_timezone: str = "UTC",
     ) -> RunningTurn:
-        """Start a turn in the background; its events go to a log clients can stream and resume."""
+        """Start a turn in the background; its events go to a log clients can stream and resume.
+
+        The turn is admitted first (:class:`~berth.api.admission.Admission`: 429 when its tenant runs as many
+        turns as it may, 503 when this worker's slots and queue are full); an admitted turn may wait for a
+        slot before it runs, its events stream then starting when it does.
+        """
         key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
         if key in self._busy:
             raise ApiError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
         turn_id = turn_id or new_id("turn")
-        if turn_id in self.turns:
+        if turn_id in self.turns or turn_id in self._admitting:
             raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used")
         # fail now (404/503) when the bundle cannot serve this scope; the turn pins its generation when it runs
         self.registry.context_for(self.registry.current(bundle_id), scope.tenant, scope.project)
         runner = self.runner_for(scope.tenant, scope.project)
+        self._busy[key] = turn_id  # claimed while admission is decided (it may await shared counters)
+        self._admitting.add(turn_id)
+        try:
+            admitted = await self.admission.admit_turn(scope.tenant, turn_id)
+        except BaseException:
+            self._busy.pop(key, None)
+            raise
+        finally:
+            self._admitting.discard(turn_id)
         running = RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=TurnEventLog(turn_id))
         self.turns[turn_id] = running
-        self._busy[key] = turn_id
 
         async def emit(event: TurnEvent) -> None:
             self.metrics.observe_event(event, scope.tenant)
             if event.type in ("turn.completed", "turn.failed"):
-                self._busy.pop(key, None)  # committed: the conversation takes its next turn from here on
+                # committed: the conversation takes its next turn, and the tenant the next one, from here on
+                self._busy.pop(key, None)
+                await admitted.release()
             await running.log.append(event)
 
         async def run() -> None:
@@ -191,6 +216,13 @@ class HostServices:
                 turn=turn_id,
                 bundle=bundle_id,
             ):
+                try:
+                    await admitted.wait_for_slot()
+                except asyncio.CancelledError:
+                    self._busy.pop(key, None)
+                    await emit(TurnEvent("turn.failed", {"code": "cancelled", "message": CANCELLED_WAITING}))
+                    await running.log.close()
+                    return
                 await run_turn()
 
         async def run_turn() -> None:
@@ -221,6 +253,7 @@ class HostServices:
                 self._forget_old_turns()
 
         running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
+        running.task.add_done_callback(lambda _: admitted.release_soon())  # however the task ends
         return running
 
     def _check_embedders(self) -> None:

@@ -68,11 +68,15 @@ class AuthConfig(DescriptorModel):
 
 
 class Limits(DescriptorModel):
-    """Admission limits of one tenant."""
+    """Admission limits of one tenant; a limit left out (or ``null``) does not limit."""
 
-    requests_per_minute: int = Field(60, gt=0)
-    burst: int = Field(20, ge=0)
-    concurrent_turns: int = Field(4, gt=0)
+    requests_per_minute: int | None = Field(
+        None, gt=0, description="requests a tenant's keys may make per minute, on average; none: no limit"
+    )
+    burst: int = Field(
+        20, ge=0, description="requests beyond the rate that may arrive at once (burst + 1 at once, then the rate)"
+    )
+    concurrent_turns: int | None = Field(None, gt=0, description="turns a tenant may run at once; none: no limit")
     max_body_bytes: int = Field(26_214_400, gt=0)
 
 

@@ -33,8 +33,13 @@ def key_hash(key: str) -> str:
 
 
 def write_stack_descriptors(
-    root: Path, script: Path, bundles: dict[str, Any] | None = None, auth: str = "api_keys"
+    root: Path,
+    script: Path,
+    bundles: dict[str, Any] | None = None,
+    auth: str = "api_keys",
+    gateway: dict[str, Any] | None = None,
 ) -> Path:
+    """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure)."""
     root.mkdir(parents=True, exist_ok=True)
     assembly = {
         "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}},
@@ -45,16 +50,16 @@ def write_stack_descriptors(
         "acme": {"bundles": sorted(bundles), "default_bundle": sorted(bundles)[0]},
         "globex": {"bundles": sorted(bundles)},
     }
-    gateway: dict[str, Any] = {"auth": {"mode": auth}}
+    gateway_yaml: dict[str, Any] = {"auth": {"mode": auth}, **(gateway or {})}
     if auth == "api_keys":
-        gateway["auth"]["keys"] = [
+        gateway_yaml["auth"]["keys"] = [
             {"id": "acme-user", "sha256": key_hash(KEYS["acme"]), "tenant": "acme", "projects": ["support"]},
             {"id": "globex-user", "sha256": key_hash(KEYS["globex"]), "tenant": "globex"},
             {"id": "ops", "sha256": key_hash(KEYS["admin"]), "tenant": "*", "roles": ["admin", "user"]},
         ]
     (root / "assembly.yaml").write_text(yaml.safe_dump(assembly))
     (root / "bundles.yaml").write_text(yaml.safe_dump({"bundles": bundles, "tenants": scopes}))
-    (root / "gateway.yaml").write_text(yaml.safe_dump(gateway))
+    (root / "gateway.yaml").write_text(yaml.safe_dump(gateway_yaml))
     return root
 
 
@@ -131,9 +136,10 @@ async def api_stack(
     auth: str = "api_keys",
     repeat: bool = False,
     freeze_startup_heap: bool = False,
+    gateway: dict[str, Any] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
-    descriptors = write_stack_descriptors(tmp_path / "descriptors", script, bundles, auth)
+    descriptors = write_stack_descriptors(tmp_path / "descriptors", script, bundles, auth, gateway)
     services = build_services(descriptors, var_root=tmp_path / "var")
     app = create_app(services=services, freeze_startup_heap=freeze_startup_heap)
     # a real server on loopback: httpx's ASGI transport buffers whole responses, so it cannot stream SSE

@@ -1,0 +1,177 @@
+"""Admission over HTTP: gateway.yaml's request rates, concurrent turns per tenant and worker backpressure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from api_stack import ApiStack, api_stack
+from gate_bundle import ANSWER, HOLD, close_gate, gate_bundles, open_gate
+
+from berth.storage.scope import OwnerScope
+
+TIGHT_RATE = {
+    "limits": {
+        "default": {"requests_per_minute": 1, "burst": 2},
+        "tenants": {"globex": {"requests_per_minute": 600, "burst": 50}},
+    }
+}
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of the Prometheus exposition ``text`` (0 when absent)."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    prefix = f"{name}{{{wanted}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.removeprefix(prefix))
+    return 0.0
+
+
+async def metrics(stack: ApiStack) -> str:
+    return (await stack.client.get("/metrics")).text
+
+
+async def until_event(stack: ApiStack, started: dict[str, Any], kind: str) -> None:
+    """Follow the turn's events until one of ``kind`` has been sent."""
+    async with stack.client.stream("GET", started["events_url"], headers=stack.auth()) as response:
+        async for line in response.aiter_lines():
+            if line == f"event: {kind}":
+                return
+    raise AssertionError(f"the stream ended before a {kind} event")
+
+
+async def test_a_tenant_over_its_request_rate_gets_429_with_the_wait_and_nothing_is_stored(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER], gateway=TIGHT_RATE) as stack:
+        for _ in range(3):  # one a minute, two more at once
+            listed = await stack.client.get("/v1/acme/support/conversations", headers=stack.auth())
+            assert listed.status_code == 200
+        refused = await stack.client.post("/v1/acme/support/conversations", json={}, headers=stack.auth())
+
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "60"
+        error = refused.json()["error"]
+        assert error["code"] == "rate_limited"
+        assert "1 requests per minute (burst 2)" in error["message"]
+        assert error["details"]["requests_per_minute"] == 1
+        assert 59 < error["details"]["retry_after_s"] <= 60
+        assert stack.services.meta is not None
+        owner = OwnerScope(tenant="acme", project="support", user_id="acme-user")
+        assert await stack.services.meta.list_conversations(owner, limit=10) == [], "the refused create stored nothing"
+
+        for _ in range(5):  # another tenant has limits of its own
+            other = await stack.client.get("/v1/globex/research/conversations", headers=stack.auth("globex"))
+            assert other.is_success
+        exposition = await metrics(stack)
+        assert metric(exposition, "berth_admission_rejections_total", reason="rate", tenant="acme") == 1
+        assert metric(exposition, "berth_admission_rejections_total", reason="rate", tenant="globex") == 0
+
+
+async def test_requests_without_a_valid_key_do_not_use_up_the_tenant_rate(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER], gateway=TIGHT_RATE) as stack:
+        for _ in range(5):
+            bad = await stack.client.get("/v1/acme/support/conversations", headers={"Authorization": "Bearer nope"})
+            assert bad.status_code == 401
+        for _ in range(3):
+            assert (await stack.client.get("/v1/acme/support/conversations", headers=stack.auth())).is_success
+
+
+async def test_mcp_requests_count_against_the_tenant_rate(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER], gateway=TIGHT_RATE) as stack:
+        for _ in range(3):
+            assert (await stack.client.get("/v1/acme/support/bundles", headers=stack.auth())).is_success
+        refused = await stack.client.post(
+            "/mcp/acme/support/hello",
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            headers={**stack.auth(), "Accept": "application/json, text/event-stream"},
+        )
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "rate_limited"
+        assert int(refused.headers["retry-after"]) >= 1
+
+
+async def test_a_tenant_running_its_concurrent_turns_gets_429_until_one_finishes(tmp_path: Path) -> None:
+    close_gate()
+    limits = {"limits": {"tenants": {"acme": {"concurrent_turns": 1}}}, "backpressure": {"retry_after_s": 3}}
+    async with api_stack(
+        tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path), repeat=True, gateway=limits
+    ) as stack:
+        first, second = await stack.conversation(), await stack.conversation()
+        holding = await stack.start_turn(first, "hold")
+        await until_event(stack, holding, "tool.call")
+
+        refused = await stack.client.post(
+            f"/v1/acme/support/conversations/{second}/turns", json={"message": "too many"}, headers=stack.auth()
+        )
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "3"
+        assert refused.json()["error"]["code"] == "too_many_turns"
+        detail = await stack.client.get(f"/v1/acme/support/conversations/{second}", headers=stack.auth())
+        assert detail.json()["turns"] == [], "the refused turn left nothing behind"
+
+        other_tenant = await stack.start_turn(
+            await stack.conversation("globex", "globex", "research"), "hi", "globex", "globex", "research"
+        )
+        assert (await stack.events(other_tenant["events_url"], "globex"))[-1][1] == "turn.completed"
+
+        open_gate()
+        assert (await stack.events(holding["events_url"]))[-1][1] == "turn.completed"
+        again = await stack.start_turn(second, "my turn now")  # the lease was returned with the completion
+        assert (await stack.events(again["events_url"]))[-1][1] == "turn.completed"
+        exposition = await metrics(stack)
+        assert metric(exposition, "berth_admission_rejections_total", reason="concurrent_turns", tenant="acme") == 1
+
+
+async def test_a_full_worker_queues_turns_then_answers_503(tmp_path: Path) -> None:
+    close_gate()
+    backpressure = {"backpressure": {"max_inflight_turns_per_worker": 1, "queue_max": 1, "retry_after_s": 2}}
+    async with api_stack(
+        tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path), repeat=True, gateway=backpressure
+    ) as stack:
+        conversations = [await stack.conversation() for _ in range(3)]
+        running = await stack.start_turn(conversations[0], "hold")
+        await until_event(stack, running, "tool.call")
+        queued = await stack.start_turn(conversations[1], "wait your turn")
+        exposition = await metrics(stack)
+        assert (metric(exposition, "berth_turns_running"), metric(exposition, "berth_turns_queued")) == (1, 1)
+
+        refused = await stack.client.post(
+            f"/v1/acme/support/conversations/{conversations[2]}/turns", json={"message": "full"}, headers=stack.auth()
+        )
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "2"
+        error = refused.json()["error"]
+        assert error["code"] == "overloaded"
+        assert error["details"] == {"running": 1, "queued": 1, "retry_after_s": 2}
+
+        open_gate()
+        assert (await stack.events(running["events_url"]))[-1][1] == "turn.completed"
+        kinds = [kind for _, kind, _ in await stack.events(queued["events_url"])]
+        assert (kinds[0], kinds[-1]) == ("turn.started", "turn.completed")
+        exposition = await metrics(stack)
+        assert (metric(exposition, "berth_turns_running"), metric(exposition, "berth_turns_queued")) == (0, 0)
+        assert metric(exposition, "berth_admission_rejections_total", reason="backpressure", tenant="acme") == 1
+
+
+async def test_a_queued_turn_can_be_cancelled_before_it_runs(tmp_path: Path) -> None:
+    close_gate()
+    backpressure = {"backpressure": {"max_inflight_turns_per_worker": 1, "queue_max": 4}}
+    async with api_stack(
+        tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path), repeat=True, gateway=backpressure
+    ) as stack:
+        first, second = await stack.conversation(), await stack.conversation()
+        running = await stack.start_turn(first, "hold")
+        await until_event(stack, running, "tool.call")
+        queued = await stack.start_turn(second, "never mind")
+        url = f"/v1/acme/support/conversations/{second}/turns/{queued['turn_id']}/cancel"
+        assert (await stack.client.post(url, headers=stack.auth())).json()["cancelled"] is True
+
+        events = await stack.events(queued["events_url"])
+        assert [(kind, data["code"]) for _, kind, data in events] == [("turn.failed", "cancelled")]
+        assert "waited for a free slot" in events[0][2]["message"]
+        assert metric(await metrics(stack), "berth_turns_queued") == 0
+
+        open_gate()
+        assert (await stack.events(running["events_url"]))[-1][1] == "turn.completed"
+        after = await stack.start_turn(second, "now for real")  # the conversation is free again
+        assert (await stack.events(after["events_url"]))[-1][1] == "turn.completed"
