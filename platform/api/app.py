@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from berth import __version__
+from berth.api.body_limit import BodyLimitMiddleware
 from berth.api.errors import install_error_handlers
 from berth.api.mcp_server import McpEndpoint
 from berth.api.routes import admin, bundles, conversations, ops
@@ -87,7 +88,8 @@ def create_app(
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.router.routes.append(mcp_endpoint.route())
 
-    app.add_middleware(LatencyMiddleware, services=host)
+    app.add_middleware(BodyLimitMiddleware, gateway=host.current_gateway)
+    app.add_middleware(LatencyMiddleware, services=host)  # outside the body limit: its 413s are counted too
 
     origins = _cors_origins(host)
     if origins:

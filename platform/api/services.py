@@ -17,6 +17,7 @@ from berth.api.metrics import Metrics
 from berth.api.sse import TurnEventLog
 from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import EmbedderConfig
+from berth.config.models.gateway import GatewayDescriptor
 from berth.gateway.counters import MemoryCounters
 from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
@@ -88,6 +89,11 @@ class HostServices:
         if self.runtime.registry is None:
             raise ApiError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
         return self.runtime.registry
+
+    def current_gateway(self) -> GatewayDescriptor | None:
+        """The gateway descriptor in force (None while the host is starting)."""
+        registry = self.runtime.registry
+        return registry.config.descriptors.gateway if registry is not None else None
 
     @property
     def config(self) -> Configuration:

@@ -175,3 +175,45 @@ async def test_a_queued_turn_can_be_cancelled_before_it_runs(tmp_path: Path) -> 
         assert (await stack.events(running["events_url"]))[-1][1] == "turn.completed"
         after = await stack.start_turn(second, "now for real")  # the conversation is free again
         assert (await stack.events(after["events_url"]))[-1][1] == "turn.completed"
+
+
+SMALL_BODIES = {"limits": {"default": {"max_body_bytes": 1000}, "tenants": {"globex": {"max_body_bytes": 100_000}}}}
+
+
+async def test_bodies_over_the_tenant_limit_get_413_on_every_route_and_store_nothing(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ANSWER], gateway=SMALL_BODIES) as stack:
+        conversation = await stack.conversation()
+        title = {"title": "x" * 5000}
+        declared = await stack.client.post("/v1/acme/support/conversations", json=title, headers=stack.auth())
+        assert declared.status_code == 413
+        assert declared.json()["error"]["code"] == "payload_too_large"
+        assert "declares" in declared.json()["error"]["message"]
+
+        async def chunks() -> Any:  # no Content-Length: counted as it arrives
+            for _ in range(10):
+                yield b'{"message": "' + b"y" * 200 + b'"}'
+
+        streamed = await stack.client.post(
+            f"/v1/acme/support/conversations/{conversation}/turns",
+            content=chunks(),
+            headers={**stack.auth(), "content-type": "application/json"},
+        )
+        assert streamed.status_code == 413
+        assert "has more than 1000 bytes" in streamed.json()["error"]["message"]
+        feedback = await stack.client.post(
+            f"/v1/acme/support/conversations/{conversation}/turns/t/feedback",
+            json={"reaction": "ok", "text": "z" * 2000},
+            headers=stack.auth(),
+        )
+        assert feedback.status_code == 413
+
+        listed = await stack.client.get("/v1/acme/support/conversations", headers=stack.auth())
+        assert [c["id"] for c in listed.json()["items"]] == [conversation], "nothing new was stored"
+        detail = await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())
+        assert detail.json()["turns"] == []
+
+        research = await stack.conversation("globex", "globex", "research")
+        roomier = await stack.start_turn(
+            research, "y" * 5000, "globex", "globex", "research"
+        )  # globex's limit is larger
+        assert (await stack.events(roomier["events_url"], "globex"))[-1][1] == "turn.completed"
