@@ -1,0 +1,105 @@
+"""A turn's event buffer in a Redis stream: any worker can serve a stream or its resume (SPEC §5.2).
+
+The worker running the turn appends each event's frame, encoded once as in :mod:`berth.api.sse`, to the
+stream ``<prefix><turn_id>`` under the entry id ``<seq>-0``, so the SSE id ``<turn_id>:<seq>`` *is* the
+stream position: resuming after ``Last-Event-ID: <turn_id>:<n>`` is ``XREAD`` from ``n-0``, with no loss
+and no duplicate whichever worker the client reconnects to. Closing adds an end marker (entry
+``<last seq>-1``). Every write renews the key's expiry, so buffers of finished (or abandoned) turns go away
+by themselves after :data:`EVENTS_TTL_S`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from berth.api.sse import HEARTBEAT, encode_frame
+from berth.runtime.events import TurnEvent
+
+__all__ = ["EVENTS_TTL_S", "RedisTurnEventLog"]
+
+EVENTS_TTL_S = 3600
+"""How long a turn's events stay replayable after its last event."""
+
+_FRAME = b"f"
+_END = b"end"
+_READ_BATCH = 512
+
+
+class RedisTurnEventLog:
+    """The events of one turn in a Redis stream; the same interface as :class:`berth.api.sse.TurnEventLog`.
+
+    The writer (the worker running the turn) knows :attr:`count` and :attr:`closed`; a reader elsewhere
+    makes its own instance for the turn and only calls :meth:`frames`.
+    """
+
+    def __init__(
+        self, client: aioredis.Redis, turn_id: str, *, prefix: str = "berth:events:", ttl_s: int = EVENTS_TTL_S
+    ) -> None:
+        self.turn_id = turn_id
+        self._client = client
+        self._key = prefix + turn_id
+        self._ttl_s = ttl_s
+        self._count = 0
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once this writer has closed the log."""
+        return self._closed
+
+    @property
+    def count(self) -> int:
+        """How many events this writer has appended."""
+        return self._count
+
+    async def append(self, event: TurnEvent) -> None:
+        """Append the next event's frame (one round trip: the entry and the key's expiry)."""
+        if self._closed:
+            raise RuntimeError(f"the event log of turn {self.turn_id} is closed")
+        seq = self._count + 1
+        frame = encode_frame(f"{self.turn_id}:{seq}", event)
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.xadd(self._key, {_FRAME: frame}, id=f"{seq}-0")
+            pipe.expire(self._key, self._ttl_s)
+            await pipe.execute()
+        self._count = seq
+
+    async def close(self) -> None:
+        """Mark the turn finished: readers end after the last event."""
+        if self._closed:
+            return
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.xadd(self._key, {_END: b""}, id=f"{self._count}-1")
+            pipe.expire(self._key, self._ttl_s)
+            await pipe.execute()
+        self._closed = True
+
+    async def frames(self, after: int = 0, heartbeat_s: float = 15.0) -> AsyncIterator[bytes]:
+        """Frames after sequence ``after``, then new ones as they come; heartbeats while idle.
+
+        Each piece yielded holds every frame one read returned (whole frames, in order).
+        """
+        position = f"{max(after, 0)}-0"
+        block_ms = max(int(heartbeat_s * 1000), 1)
+        while True:
+            # RESP2 shape (the client's default): [[key, [(entry id, {field: value}), ...]]]
+            reply: Any = await self._client.xread({self._key: position}, count=_READ_BATCH, block=block_ms)
+            if not reply:
+                yield HEARTBEAT
+                continue
+            entries = reply[0][1]
+            ready: list[bytes] = []
+            ended = False
+            for entry_id, fields in entries:
+                position = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                if _END in fields:
+                    ended = True
+                    break
+                ready.append(fields[_FRAME])
+            if ready:
+                yield ready[0] if len(ready) == 1 else b"".join(ready)
+            if ended:
+                return
