@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gc
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from berth import __version__
 from berth.api.body_limit import BodyLimitMiddleware
 from berth.api.errors import install_error_handlers
+from berth.api.heap import HeapGovernor
 from berth.api.mcp_server import McpEndpoint
 from berth.api.routes import admin, bundles, conversations, ops
 from berth.api.services import HostServices
@@ -52,18 +53,16 @@ def create_app(
     descriptors: Path | None = None,
     *,
     services: HostServices | None = None,
-    freeze_startup_heap: bool = False,
+    govern_heap: bool = False,
     **options: Any,
 ) -> FastAPI:
     """The API app; ``services`` default to :func:`build_services` over ``descriptors``.
 
-    :param freeze_startup_heap: once the host has started, move every object alive then (modules,
-        models, bundles: most of the heap) out of the garbage collector's sight (``gc.freeze``), so a
-        full collection walks only what serving made; a server process does this, a test's app not.
-        Measured on ``bench/api_load.py --turns 12``: the longest full collection went from ≈0.5 s to
-        ≈0.23 s. The price is bounded: a cycle among the frozen objects is never collected, so the
-        generations loaded at startup stay in memory after a hot reload replaces them (once; later
-        generations are collected as usual).
+    :param govern_heap: keep the garbage collector's full passes short while serving
+        (:class:`~berth.api.heap.HeapGovernor`: the startup heap and what survives full collections are
+        frozen, everything is swept once an hour); a server process does this, a test's app not.
+        Measured on ``bench/api_load.py --turns 12``: full-collection pauses of 60 to 190 ms every few seconds
+        became rare sweeps, and the long run's added p99 first delta went from 80-130 ms to 5-36 ms.
     """
     host = services or build_services(descriptors, **options)
     mcp_endpoint = McpEndpoint(host)
@@ -73,10 +72,16 @@ def create_app(
         await host.start()
         try:
             async with mcp_endpoint.run():
-                if freeze_startup_heap:
-                    gc.collect()
-                    gc.freeze()
-                yield
+                if not govern_heap:
+                    yield
+                    return
+                governor = HeapGovernor()
+                governor.start()
+                governing = asyncio.create_task(governor.run(), name="heap governor")
+                try:
+                    yield
+                finally:
+                    governing.cancel()
         finally:
             await host.stop()
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from berth.api.admission import Admission
+from berth.api.admission import Admission, TurnAdmission
 from berth.api.errors import ApiError, not_found
 from berth.api.metrics import Metrics
 from berth.api.sse import TurnEventLog
@@ -29,7 +29,7 @@ from berth.plugins.storage.sqlite import SqliteConversationStore
 from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.plugins.storage.sqlite_meta import SqliteMetaStore
 from berth.runtime.events import TurnEvent
-from berth.runtime.loop import TurnInput, TurnResult, TurnRunner
+from berth.runtime.loop import TurnInput, TurnRunner
 from berth.runtime.memory import Embedder, MemorySearch
 from berth.storage.scope import ConversationScope
 
@@ -56,7 +56,7 @@ class RunningTurn:
     bundle_id: str
     log: TurnEventLog
     task: asyncio.Task[Any] | None = None
-    result: TurnResult | None = None
+    """The turn's task while it runs; dropped when it ends (a finished turn keeps only what replays its events)."""
     started: float = field(default_factory=time.monotonic)
 
 
@@ -242,8 +242,8 @@ class HostServices:
                         user_timezone=user_timezone,
                     )
                     context = self.registry.context_for(pinned, scope.tenant, scope.project)
-                    running.result = await runner.run(pinned, context, request, emit)
-                    self.metrics.observe_result(running.result, scope.tenant)
+                    result = await runner.run(pinned, context, request, emit)
+                    self.metrics.observe_result(result, scope.tenant)
                 assert self.meta is not None
                 await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
             except Exception as exc:
@@ -259,8 +259,19 @@ class HostServices:
                 self._forget_old_turns()
 
         running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
-        running.task.add_done_callback(lambda _: admitted.release_soon())  # however the task ends
+        running.task.add_done_callback(lambda _: self._turn_ended(running, admitted))
         return running
+
+    @staticmethod
+    def _turn_ended(running: RunningTurn, admitted: TurnAdmission) -> None:
+        """A turn's task ended, however: return what it was admitted with, and let the task go.
+
+        A finished turn stays in :attr:`turns` (up to :data:`FINISHED_TURNS_KEPT`) only to replay its events;
+        dropping the task frees its coroutine and context, objects the garbage collector would walk at every
+        full collection for as long as the turn is kept.
+        """
+        admitted.release_soon()
+        running.task = None
 
     def _check_embedders(self) -> None:
         """Refuse to start when a scope names an embedder no installed plugin provides."""

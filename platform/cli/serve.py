@@ -89,7 +89,7 @@ def run(
     url = f"http://{'127.0.0.1' if bind_host in ('0.0.0.0', '::') else bind_host}:{bind_port}/"  # noqa: S104
     click.echo(f"Berth {'(demo model) ' if demo else ''}serving on {url}", err=True)
     uvicorn.run(
-        create_app(services=services, freeze_startup_heap=True),
+        create_app(services=services, govern_heap=True),
         host=bind_host,
         port=bind_port,
         log_level="warning",

@@ -135,13 +135,13 @@ async def api_stack(
     bundles: dict[str, Any] | None = None,
     auth: str = "api_keys",
     repeat: bool = False,
-    freeze_startup_heap: bool = False,
+    govern_heap: bool = False,
     gateway: dict[str, Any] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
     descriptors = write_stack_descriptors(tmp_path / "descriptors", script, bundles, auth, gateway)
     services = build_services(descriptors, var_root=tmp_path / "var")
-    app = create_app(services=services, freeze_startup_heap=freeze_startup_heap)
+    app = create_app(services=services, govern_heap=govern_heap)
     # a real server on loopback: httpx's ASGI transport buffers whole responses, so it cannot stream SSE
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     serving = asyncio.create_task(server.serve())

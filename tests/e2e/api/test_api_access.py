@@ -222,7 +222,7 @@ async def test_a_serving_host_freezes_its_startup_heap_and_still_serves(tmp_path
     """``berth run`` hides what startup made from the cyclic GC, so full collections walk only what serving made."""
     assert gc.get_freeze_count() == 0
     try:
-        async with api_stack(tmp_path, [], freeze_startup_heap=True) as stack:
+        async with api_stack(tmp_path, [], govern_heap=True) as stack:
             frozen = gc.get_freeze_count()
             response = await stack.client.get("/healthz")
         assert response.status_code == 200
