@@ -92,19 +92,17 @@ class Admission:
             log.warning("admission counters unavailable, request let in: %s", exc)
             return
         if not decision.allowed:
-            self._metrics.admission_rejections.labels(tenant=tenant, reason="rate").inc()
             wait = decision.retry_after_s
-            raise ApiError(
+            raise self._refusal(
+                tenant,
+                "rate",
                 429,
                 "rate_limited",
                 f"tenant {tenant} is over its limit of {limits.requests_per_minute} requests per minute "
                 f"(burst {limits.burst}); retry in {wait:.1f} s",
-                details={
-                    "requests_per_minute": limits.requests_per_minute,
-                    "burst": limits.burst,
-                    "retry_after_s": round(wait, 3),
-                },
-                headers={"Retry-After": _retry_after(wait)},
+                wait,
+                requests_per_minute=limits.requests_per_minute,
+                burst=limits.burst,
             )
 
     async def admit_turn(self, tenant: str, turn_id: str) -> TurnAdmission:
@@ -114,14 +112,16 @@ class Admission:
         slots = self._slots(backpressure.max_inflight_turns_per_worker, backpressure.queue_max)
         reservation = slots.reserve()
         if reservation is None:
-            self._metrics.admission_rejections.labels(tenant=tenant, reason="backpressure").inc()
-            raise ApiError(
+            raise self._refusal(
+                tenant,
+                "backpressure",
                 503,
                 "overloaded",
                 f"this worker runs {slots.running} turns and has {slots.queued} waiting, its limit; "
                 f"retry in {backpressure.retry_after_s:g} s",
-                details={"running": slots.running, "queued": slots.queued, "retry_after_s": backpressure.retry_after_s},
-                headers={"Retry-After": _retry_after(backpressure.retry_after_s)},
+                backpressure.retry_after_s,
+                running=slots.running,
+                queued=slots.queued,
             )
         capacity = gateway.limits.for_tenant(tenant).concurrent_turns
         if capacity is None:
@@ -136,16 +136,30 @@ class Admission:
             raise
         if not granted:
             reservation.release()
-            self._metrics.admission_rejections.labels(tenant=tenant, reason="concurrent_turns").inc()
-            raise ApiError(
+            raise self._refusal(
+                tenant,
+                "concurrent_turns",
                 429,
                 "too_many_turns",
                 f"tenant {tenant} already runs {capacity} turns, its limit of concurrent turns; "
                 f"retry in {backpressure.retry_after_s:g} s",
-                details={"concurrent_turns": capacity, "retry_after_s": backpressure.retry_after_s},
-                headers={"Retry-After": _retry_after(backpressure.retry_after_s)},
+                backpressure.retry_after_s,
+                concurrent_turns=capacity,
             )
         return TurnAdmission(self, tenant, turn_id, reservation)
+
+    def _refusal(
+        self, tenant: str, reason: str, status: int, code: str, message: str, retry_after_s: float, **details: Any
+    ) -> ApiError:
+        """The error refusing a request of ``tenant`` for ``reason`` (counted in the metrics)."""
+        self._metrics.admission_rejections.labels(tenant=tenant, reason=reason).inc()
+        return ApiError(
+            status,
+            code,
+            message,
+            details={**details, "retry_after_s": round(retry_after_s, 3)},
+            headers={"Retry-After": _retry_after(retry_after_s)},
+        )
 
     def _slots(self, capacity: int, queue_max: int) -> TurnSlots:
         if self.slots is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,23 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 async def metrics(stack: ApiStack) -> str:
     return (await stack.client.get("/metrics")).text
+
+
+@asynccontextmanager
+async def gated_stack(tmp_path: Path, gateway: dict[str, Any]) -> AsyncIterator[ApiStack]:
+    """A stack serving the gate bundle (every turn holds in ``gate.hold`` until the gate opens, then answers)."""
+    close_gate()
+    async with api_stack(
+        tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path), repeat=True, gateway=gateway
+    ) as stack:
+        yield stack
+
+
+async def holding_turn(stack: ApiStack, conversation: str) -> dict[str, Any]:
+    """Start a turn and return once it holds at the gate."""
+    started = await stack.start_turn(conversation, "hold")
+    await until_event(stack, started, "tool.call")
+    return started
 
 
 async def until_event(stack: ApiStack, started: dict[str, Any], kind: str) -> None:
@@ -91,14 +110,10 @@ async def test_mcp_requests_count_against_the_tenant_rate(tmp_path: Path) -> Non
 
 
 async def test_a_tenant_running_its_concurrent_turns_gets_429_until_one_finishes(tmp_path: Path) -> None:
-    close_gate()
     limits = {"limits": {"tenants": {"acme": {"concurrent_turns": 1}}}, "backpressure": {"retry_after_s": 3}}
-    async with api_stack(
-        tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path), repeat=True, gateway=limits
-    ) as stack:
+    async with gated_stack(tmp_path, limits) as stack:
         first, second = await stack.conversation(), await stack.conversation()
-        holding = await stack.start_turn(first, "hold")
-        await until_event(stack, holding, "tool.call")
+        holding = await holding_turn(stack, first)
 
         refused = await stack.client.post(
             f"/v1/acme/support/conversations/{second}/turns", json={"message": "too many"}, headers=stack.auth()
@@ -123,14 +138,10 @@ async def test_a_tenant_running_its_concurrent_turns_gets_429_until_one_finishes
 
 
 async def test_a_full_worker_queues_turns_then_answers_503(tmp_path: Path) -> None:
-    close_gate()
     backpressure = {"backpressure": {"max_inflight_turns_per_worker": 1, "queue_max": 1, "retry_after_s": 2}}
-    async with api_stack(
-        tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path), repeat=True, gateway=backpressure
-    ) as stack:
+    async with gated_stack(tmp_path, backpressure) as stack:
         conversations = [await stack.conversation() for _ in range(3)]
-        running = await stack.start_turn(conversations[0], "hold")
-        await until_event(stack, running, "tool.call")
+        running = await holding_turn(stack, conversations[0])
         queued = await stack.start_turn(conversations[1], "wait your turn")
         exposition = await metrics(stack)
         assert (metric(exposition, "berth_turns_running"), metric(exposition, "berth_turns_queued")) == (1, 1)
@@ -154,14 +165,9 @@ async def test_a_full_worker_queues_turns_then_answers_503(tmp_path: Path) -> No
 
 
 async def test_a_queued_turn_can_be_cancelled_before_it_runs(tmp_path: Path) -> None:
-    close_gate()
-    backpressure = {"backpressure": {"max_inflight_turns_per_worker": 1, "queue_max": 4}}
-    async with api_stack(
-        tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path), repeat=True, gateway=backpressure
-    ) as stack:
+    async with gated_stack(tmp_path, {"backpressure": {"max_inflight_turns_per_worker": 1, "queue_max": 4}}) as stack:
         first, second = await stack.conversation(), await stack.conversation()
-        running = await stack.start_turn(first, "hold")
-        await until_event(stack, running, "tool.call")
+        running = await holding_turn(stack, first)
         queued = await stack.start_turn(second, "never mind")
         url = f"/v1/acme/support/conversations/{second}/turns/{queued['turn_id']}/cancel"
         assert (await stack.client.post(url, headers=stack.auth())).json()["cancelled"] is True
