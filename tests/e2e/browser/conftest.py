@@ -42,6 +42,22 @@ def open_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
 
 
 @pytest.fixture(scope="module")
+def limited_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
+    """The open host's descriptors with a tight request rate for tenant ``default`` (6 a minute, burst 12)."""
+    root = tmp_path_factory.mktemp("limited-host")
+    descriptors = root / "descriptors"
+    descriptors.mkdir()
+    for name, text in OPEN_DESCRIPTORS.items():
+        (descriptors / name).write_text(text)
+    (descriptors / "gateway.yaml").write_text(
+        "auth: {mode: none}\nlimits: {default: {requests_per_minute: 6, burst: 12}}\n"
+    )
+    host = start_host(descriptors, root / "var", root / "berth.log")
+    yield host
+    stop_host(host)
+
+
+@pytest.fixture(scope="module")
 def keyed_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
     """A demo host over a copy of the repository's descriptors (API keys, tenants acme and globex)."""
     root = tmp_path_factory.mktemp("keyed-host")

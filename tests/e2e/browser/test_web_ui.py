@@ -310,3 +310,16 @@ def test_markdown_renderer_escapes_html_and_links_only_http(page: Page, open_hos
         " return ui.renderCitationTokens('x [[S:1]] y [[S:1-2]] z [[S:7]]', pool); }"
     )
     assert stored == "x [A](https://a.example/) y [A](https://a.example/) z "
+
+
+def test_a_refused_message_says_why_and_stays_in_the_composer(page: Page, limited_host: BerthHost) -> None:
+    open_ui(page, limited_host)
+    with limited_host.api() as client:  # use up the rest of the tenant's burst
+        statuses = [client.get("/v1/default/default/conversations").status_code for _ in range(15)]
+    assert statuses[-1] == 429
+    send(page, "Are you there?")
+    error = page.locator("article.turn .notices .error")
+    error.wait_for()
+    assert "over its limit of 6 requests per minute" in error.inner_text()
+    assert "(rate_limited)" in error.inner_text()
+    assert page.input_value("#composer-input") == "Are you there?", "nothing typed is lost"
