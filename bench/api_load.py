@@ -13,7 +13,9 @@ listen backlog, not the server, into the p99). Two measurements per arm:
   first answer delta, p50/p99, and what Berth adds to the bare endpoint's. (At saturation every turn
   waits behind all the others, so a closed loop measures the queue's length, not the platform.)
 
-A Berth turn is two requests (``POST …/turns``, then ``GET`` its events); the bare arm is one ``GET``.
+A Berth turn is two requests (``POST …/turns``, then ``GET`` its events); the bare arm is one ``GET``. The
+throughput run also measures Berth with the events in the ``POST``'s response (``Accept: text/event-stream``,
+one request per turn), to show how much of the gap the second request is.
 
     .venv/bin/python bench/api_load.py --conversations 200 --turns 2
 """
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +138,16 @@ class User:
         url = json.loads(await self.connection.body(headers))["events_url"]
         return await first_answer_delta(self.connection, await self.connection.request("GET", url))
 
+    async def berth_streamed_turn(self, n: int) -> float | None:
+        """Start a turn whose events come in the response (one request); return at the first answer delta."""
+        headers = await self.connection.request(
+            "POST",
+            f"/v1/default/default/conversations/{self.conversation}/turns",
+            {"message": f"question {n}"},
+            accept="text/event-stream",
+        )
+        return await first_answer_delta(self.connection, headers)
+
     async def bare_turn(self, n: int) -> float | None:
         """Stream the recorded frames once; return when the first answer delta arrived."""
         return await first_answer_delta(self.connection, await self.connection.request("GET", "/stream"))
@@ -151,16 +164,23 @@ async def open_users(port: int, count: int, *, berth: bool) -> list[User]:
     return users
 
 
-async def throughput(name: str, port: int, conversations: int, turns: int, *, berth: bool) -> Run:
-    """Closed loop: every user runs ``turns`` turns back to back."""
+async def throughput(
+    name: str, port: int, conversations: int, turns: int, *, berth: bool, one_request: bool = False
+) -> Run:
+    """Closed loop: every user runs ``turns`` turns back to back (``one_request``: events in the POST's response)."""
     users = await open_users(port, conversations, berth=berth)
     run = Run(name)
+
+    def turn(user: User, n: int) -> Awaitable[float | None]:
+        if not berth:
+            return user.bare_turn(n)
+        return user.berth_streamed_turn(n) if one_request else user.berth_turn(n)
 
     async def user_loop(user: User) -> None:
         for n in range(turns):
             started = time.perf_counter()
             try:
-                delay = await (user.berth_turn(n) if berth else user.bare_turn(n))
+                delay = await turn(user, n)
             except (HttpError, OSError, asyncio.IncompleteReadError, ValueError):
                 run.errors += 1
                 return
@@ -287,6 +307,16 @@ def main() -> None:
             berth_run = asyncio.run(
                 throughput("berth (scripted model)", berth_port, args.conversations, args.turns, berth=True)
             )
+            streamed_run = asyncio.run(
+                throughput(
+                    "berth, events in the POST",
+                    berth_port,
+                    args.conversations,
+                    args.turns,
+                    berth=True,
+                    one_request=True,
+                )
+            )
             rate = args.rate
             bare_latency = asyncio.run(
                 latency("bare StreamingResponse", bare_port, args.conversations, rate, args.arrivals, berth=False)
@@ -302,9 +332,11 @@ def main() -> None:
     print(f"one uvicorn worker each side, {frames} SSE frames per turn, load generator: bench/loadgen.py\n")
     header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "errors"]
     print(f"throughput: {args.conversations} users x {args.turns} turns back to back")
-    print_table([header, bare_run.row(), berth_run.row()])
+    print_table([header, bare_run.row(), berth_run.row(), streamed_run.row()])
     ratio = (berth_run.turns / berth_run.elapsed_s) / (bare_run.turns / bare_run.elapsed_s)
-    print(f"berth / bare streams per second: {ratio:.2f} (target >= 0.60)\n")
+    print(f"berth / bare streams per second: {ratio:.2f} (target >= 0.60)")
+    one_request = (streamed_run.turns / streamed_run.elapsed_s) / (bare_run.turns / bare_run.elapsed_s)
+    print(f"the same with the events in the POST's response (one request per turn): {one_request:.2f}\n")
     print(f"latency: {args.arrivals} turns arriving at {rate:g}/s over {args.conversations} users")
     print_table([header, bare_latency.row(), berth_latency.row()])
     added_p50 = statistics.median(berth_latency.first_delta_s) - statistics.median(bare_latency.first_delta_s)
@@ -312,7 +344,7 @@ def main() -> None:
     print(
         f"added first-delta latency: p50 {1000 * added_p50:.1f} ms, p99 {1000 * added_p99:.1f} ms (target p99 < 50 ms)"
     )
-    errors = bare_run.errors + berth_run.errors + bare_latency.errors + berth_latency.errors
+    errors = sum(run.errors for run in (bare_run, berth_run, streamed_run, bare_latency, berth_latency))
     print(f"errors: {errors} (must be 0)")
     if errors:
         raise SystemExit(1)

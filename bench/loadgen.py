@@ -41,13 +41,17 @@ class Connection:
             self._writer.close()
             await self._writer.wait_closed()
 
-    async def request(self, method: str, path: str, body: object | None = None) -> dict[str, str]:
+    async def request(
+        self, method: str, path: str, body: object | None = None, *, accept: str | None = None
+    ) -> dict[str, str]:
         """Send a request (``body`` as JSON) and read the response head; return its headers (lower-case)."""
         assert self._reader is not None and self._writer is not None, "open() first"
         payload = b"" if body is None else json.dumps(body).encode()
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-length: {len(payload)}\r\n"
         if body is not None:
             head += "content-type: application/json\r\n"
+        if accept is not None:
+            head += f"accept: {accept}\r\n"
         self._writer.write(head.encode() + b"\r\n" + payload)
         status_line = await self._reader.readline()
         parts = status_line.split(b" ", 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mimetypes
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -188,11 +189,26 @@ async def _turn_request(request: Request, host: HostServices) -> tuple[StartTurn
         raise ApiError(422, "invalid_request", f"invalid turn request: {exc}".splitlines()[0]) from None
 
 
-@router.post("/conversations/{conversation_id}/turns", status_code=202, response_model=TurnStarted)
+@router.post(
+    "/conversations/{conversation_id}/turns",
+    status_code=202,
+    response_model=TurnStarted,
+    responses={
+        200: {
+            "description": "with `Accept: text/event-stream`: the turn's events, as from `events_url` "
+            "(which `Content-Location` names, for a resume with `Last-Event-ID`)",
+            "content": {"text/event-stream": {}},
+        }
+    },
+)
 async def start_turn(
     tenant: str, project: str, conversation_id: str, request: Request, who: ScopedCaller, host: Services
-) -> TurnStarted:
-    """Start a turn; it runs in the background and streams its events at ``events_url``."""
+) -> TurnStarted | StreamingResponse:
+    """Start a turn; it runs in the background and streams its events at ``events_url``.
+
+    A client that accepts ``text/event-stream`` gets the events in this response instead (one request per
+    turn); a dropped stream resumes from ``events_url`` like any other.
+    """
     meta = await _conversation(host, who, tenant, project, conversation_id)
     body, attachments = await _turn_request(request, host)
     bundle = _bundle_for(host, tenant, project, body.bundle, meta.bundle)
@@ -205,7 +221,18 @@ async def start_turn(
         meta.scope, bundle, body.message, turn_id=body.turn_id, attachments=attachments, user_timezone=body.timezone
     )
     url = f"/v1/{tenant}/{project}/conversations/{conversation_id}/turns/{running.turn_id}/events"
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return _event_stream(running.log.frames(), {"Content-Location": url})
     return TurnStarted(turn_id=running.turn_id, events_url=url)
+
+
+def _event_stream(frames: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> StreamingResponse:
+    """A turn's SSE frames as a response (not cached, not buffered by proxies)."""
+    return StreamingResponse(
+        frames,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
+    )
 
 
 @router.get(
@@ -221,11 +248,7 @@ async def turn_events(
     after = parse_last_event_id(
         turn_id, request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     )
-    return StreamingResponse(
-        running.log.frames(after),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return _event_stream(running.log.frames(after))
 
 
 @router.post("/conversations/{conversation_id}/turns/{turn_id}/cancel", status_code=202)

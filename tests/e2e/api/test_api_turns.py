@@ -230,3 +230,22 @@ async def test_bundle_ops_routes_are_mounted_scoped_and_authenticated(tmp_path: 
         assert echoed.json() == {"echo": {"a": 1}}
         assert (await stack.client.get(f"{base}/status")).status_code == 401
         assert (await stack.client.get(f"{base}/missing", headers=stack.auth())).status_code == 404
+
+
+async def test_a_client_accepting_an_event_stream_gets_the_turn_in_one_request(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ACTION, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        url = f"/v1/acme/support/conversations/{conversation}/turns"
+        headers = {**stack.auth(), "Accept": "text/event-stream"}
+        async with stack.client.stream("POST", url, json={"message": "greet Ada"}, headers=headers) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events_url = response.headers["content-location"]
+            body = (await response.aread()).decode()
+        ids = [line.removeprefix("id: ") for line in body.splitlines() if line.startswith("id: ")]
+        kinds = [line.removeprefix("event: ") for line in body.splitlines() if line.startswith("event: ")]
+        assert (kinds[0], kinds[-1]) == ("turn.started", "turn.completed")
+        turn_id = ids[0].split(":")[0]
+        assert events_url == f"{url}/{turn_id}/events"
+        resumed = await stack.events(events_url, last_event_id=ids[2])
+        assert [event_id for event_id, _, _ in resumed] == ids[3:], "the same log: a dropped stream resumes"
