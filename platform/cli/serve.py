@@ -14,6 +14,7 @@ import click
 import httpx
 
 from berth.api.app import build_services, create_app
+from berth.api.errors import ApiError
 from berth.api.services import HostServices, new_id
 from berth.api.sse import TurnEventLog
 from berth.cli.bundles import DESCRIPTORS_OPTION
@@ -135,6 +136,16 @@ async def _messages(given: tuple[str, ...]) -> AsyncIterator[str]:
             yield text
 
 
+def _refusal(status: int, body: bytes) -> str:
+    """What the host's JSON error says (``message (code)``, and when to retry), or the raw status."""
+    try:
+        error = json.loads(body)["error"]
+        text = f"{error['message']} ({error['code']})"
+    except (ValueError, KeyError, TypeError):
+        text = f"HTTP {status}"
+    return text
+
+
 async def _chat_over_http(
     url: str, tenant: str, project: str, bundle: str | None, api_key: str | None, message: tuple[str, ...]
 ) -> None:
@@ -143,14 +154,17 @@ async def _chat_over_http(
         prefix = f"/v1/{tenant}/{project}"
         created = await client.post(f"{prefix}/conversations", json={"bundle": bundle} if bundle else {})
         if created.status_code != 201:
-            raise click.ClickException(f"cannot start a conversation: {created.text}")
-        conversation = created.json()["id"]
+            raise click.ClickException(f"cannot start a conversation: {_refusal(created.status_code, created.content)}")
+        turns = f"{prefix}/conversations/{created.json()['id']}/turns"
         async for text in _messages(message):
-            started = await client.post(f"{prefix}/conversations/{conversation}/turns", json={"message": text})
-            if started.status_code != 202:
-                click.secho(f"refused: {started.text}", fg="red", err=True)
-                continue
-            async with client.stream("GET", started.json()["events_url"], timeout=None) as response:
+            # one request per turn: the events come in the response
+            async with client.stream(
+                "POST", turns, json={"message": text}, headers={"Accept": "text/event-stream"}, timeout=None
+            ) as response:
+                if response.status_code != 200:
+                    refusal = _refusal(response.status_code, await response.aread())
+                    click.secho(f"refused: {refusal}", fg="red", err=True)
+                    continue
                 await _print_events(response.aiter_lines())
 
 
@@ -168,7 +182,11 @@ async def _chat_in_process(
         assert services.meta is not None
         await services.meta.create_conversation(ConversationMeta(scope, None, chosen, now, now))
         async for text in _messages(message):
-            running = await services.start_turn(scope, chosen, text)
+            try:
+                running = await services.start_turn(scope, chosen, text)
+            except ApiError as refused:
+                click.secho(f"refused: {refused.message} ({refused.code})", fg="red", err=True)
+                continue
 
             async def lines(log: TurnEventLog = running.log) -> AsyncIterator[str]:
                 async for frame in log.frames():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from api_stack import ApiStack, api_stack
+from api_stack import KEYS, ApiStack, api_stack
 from gate_bundle import ANSWER, HOLD, close_gate, gate_bundles, open_gate
 
 from berth.storage.scope import OwnerScope
@@ -223,3 +225,29 @@ async def test_bodies_over_the_tenant_limit_get_413_on_every_route_and_store_not
             research, "y" * 5000, "globex", "globex", "research"
         )  # globex's limit is larger
         assert (await stack.events(roomier["events_url"], "globex"))[-1][1] == "turn.completed"
+
+
+async def test_berth_chat_streams_each_turn_in_one_request_and_prints_a_refusal(tmp_path: Path) -> None:
+    answer = '<channel:action>{"action": "complete"}</channel:action><channel:answer>Hi there.</channel:answer>'
+    rate = {"limits": {"default": {"requests_per_minute": 1, "burst": 2}}}
+    async with api_stack(tmp_path, [answer], repeat=True, gateway=rate) as stack:
+        chat = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "berth"),
+            "chat",
+            "--url",
+            str(stack.client.base_url),
+            "--tenant",
+            "acme",
+            "--project",
+            "support",
+            "--api-key",
+            KEYS["acme"],
+            *("-m", "one", "-m", "two", "-m", "three"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await chat.communicate()
+    assert chat.returncode == 0, err.decode()
+    assert out.decode().count("Hi there.") == 2, "a conversation and two turns fit in the burst"
+    assert "refused: tenant acme is over its limit of 1 requests per minute" in err.decode()
+    assert "(rate_limited)" in err.decode()
