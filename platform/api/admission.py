@@ -7,7 +7,9 @@
 * a turn takes one of this worker's ``max_inflight_turns_per_worker`` slots when it runs; with all taken it
   waits in a queue of ``queue_max``; with that full too → **503** with ``Retry-After: retry_after_s``.
 
-Limits are read from the gateway descriptor on every decision, so a descriptor reload applies at once.
+Limits are read from the configuration in force on every decision. The descriptor watcher loads the
+configuration again when ``bundles.yaml`` or ``bundles.secrets.yaml`` change (SPEC §3.3), so an edit of
+``gateway.yaml`` alone applies at the next restart.
 When the counters cannot be reached (Redis down), admission lets the request in and logs it: limits
 protect the host, and refusing everything because their bookkeeping is away would be the larger outage.
 """
