@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -28,6 +29,20 @@ _STATUS_CODES = {
     429: "rate_limited",
     503: "unavailable",
 }
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` documenting ``statuses`` as :class:`~berth.api.schemas.ErrorResponse` bodies."""
+    from berth.api.schemas import ErrorResponse
+
+    return {status: {"model": ErrorResponse, "description": _STATUS_CODES[status]} for status in statuses}
+
+
+SCOPED_ERRORS = error_responses(400, 401, 404, 409, 413, 415, 422, 429, 503)
+"""What a route under ``/v1/{tenant}/{project}`` may answer besides its success."""
+
+ADMIN_ERRORS = error_responses(401, 403, 404, 413, 422, 503)
+"""What an admin route may answer besides its success."""
 
 
 class ApiError(Exception):
@@ -59,6 +74,15 @@ def not_found(what: str) -> ApiError:
     return ApiError(404, "not_found", f"{what} not found")
 
 
+def invalid_request(errors: Sequence[Any]) -> ApiError:
+    """422 listing each problem of a request that failed validation (pydantic's or FastAPI's errors)."""
+    problems = [
+        {"field": ".".join(str(p) for p in error["loc"] if p != "body"), "message": error["msg"]} for error in errors
+    ]
+    message = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems)
+    return ApiError(422, "invalid_request", message, {"problems": problems})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Answer every error with the JSON shape above."""
 
@@ -73,12 +97,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [
-            {"field": ".".join(str(p) for p in error["loc"] if p != "body"), "message": error["msg"]}
-            for error in exc.errors()
-        ]
-        message = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems)
-        return JSONResponse(error_body("invalid_request", message, {"problems": problems}), status_code=422)
+        invalid = invalid_request(exc.errors())
+        return JSONResponse(error_body(invalid.code, invalid.message, invalid.details), status_code=invalid.status)
 
     @app.exception_handler(ConfigError)
     async def config_error(request: Request, exc: ConfigError) -> JSONResponse:

@@ -125,3 +125,17 @@ class FeedbackReport(BaseModel):
     turns: list[dict[str, Any]]
     total: int
     satisfaction_rate: float | None
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable ``code``, a message that says what to do, and ``details`` by code."""
+
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorResponse(BaseModel):
+    """Every error the API answers: ``{"error": {"code", "message", "details"}}``."""
+
+    error: ErrorDetail

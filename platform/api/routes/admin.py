@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends
 
 from berth.api.auth import Caller
 from berth.api.deps import admin_caller, services
-from berth.api.errors import not_found
+from berth.api.errors import ADMIN_ERRORS, not_found
 from berth.api.services import HostServices
 from berth.host.broadcast import read_worker_reports, report_of
 from berth.host.runtime import redis_client_for
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ADMIN_ERRORS)
 Services = Annotated[HostServices, Depends(services)]
 Admin = Annotated[Caller, Depends(admin_caller)]
 

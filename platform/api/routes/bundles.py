@@ -12,12 +12,12 @@ from fastapi.responses import HTMLResponse, Response
 
 from berth.api.auth import Caller
 from berth.api.deps import caller, scoped_caller, services
-from berth.api.errors import ApiError, not_found
+from berth.api.errors import SCOPED_ERRORS, ApiError, not_found
 from berth.api.schemas import BundleOut, WidgetOut
 from berth.api.services import HostServices
 from berth.host.generation import BundleGeneration
 
-router = APIRouter(tags=["bundles"])
+router = APIRouter(tags=["bundles"], responses=SCOPED_ERRORS)
 Services = Annotated[HostServices, Depends(services)]
 ScopedCaller = Annotated[Caller, Depends(scoped_caller)]
 

@@ -9,11 +9,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import ValidationError
 
 from berth.api.attachments import check_attachment
 from berth.api.auth import Caller
 from berth.api.deps import conversation_scope, scoped_caller, services
-from berth.api.errors import ApiError, not_found
+from berth.api.errors import SCOPED_ERRORS, ApiError, invalid_request, not_found
 from berth.api.schemas import (
     Citation,
     ConversationDetail,
@@ -38,7 +39,7 @@ from berth.storage.meta import ConversationMeta, Feedback
 from berth.storage.scope import OwnerScope
 from berth.streaming import cited_sids, render_citations
 
-router = APIRouter(prefix="/v1/{tenant}/{project}", tags=["conversations"])
+router = APIRouter(prefix="/v1/{tenant}/{project}", tags=["conversations"], responses=SCOPED_ERRORS)
 Services = Annotated[HostServices, Depends(services)]
 ScopedCaller = Annotated[Caller, Depends(scoped_caller)]
 
@@ -179,14 +180,32 @@ async def _turn_request(request: Request, host: HostServices) -> tuple[StartTurn
                 )
             name, mime = check_attachment(upload.filename or "attachment", data, limits.attachments)
             attachments.append((name, mime, data))
-        return StartTurn.model_validate(fields), tuple(attachments)
+        try:
+            return StartTurn.model_validate(fields), tuple(attachments)
+        except ValidationError as exc:
+            raise invalid_request(exc.errors()) from None
     if not content_type.startswith("application/json"):
         raise ApiError(415, "unsupported_media_type", "send application/json, or multipart/form-data with files")
     body = await request.body()
     try:
         return StartTurn.model_validate_json(body), ()
-    except ValueError as exc:
-        raise ApiError(422, "invalid_request", f"invalid turn request: {exc}".splitlines()[0]) from None
+    except ValidationError as exc:
+        raise invalid_request(exc.errors()) from None
+
+
+START_TURN_CONTENT = {
+    "application/json": {"schema": StartTurn.model_json_schema()},
+    "multipart/form-data": {
+        "schema": {
+            "type": "object",
+            "required": ["message"],
+            "properties": {
+                **StartTurn.model_json_schema()["properties"],
+                "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+            },
+        }
+    },
+}
 
 
 @router.post(
@@ -200,6 +219,8 @@ async def _turn_request(request: Request, host: HostServices) -> tuple[StartTurn
             "content": {"text/event-stream": {}},
         }
     },
+    # the body is read by the route itself (JSON or multipart, under the tenant's size limit): documented here
+    openapi_extra={"requestBody": {"required": True, "content": START_TURN_CONTENT}},
 )
 async def start_turn(
     tenant: str, project: str, conversation_id: str, request: Request, who: ScopedCaller, host: Services

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
 
 from berth.api.deps import services
 from berth.api.services import HostServices
@@ -22,7 +23,18 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+class Readiness(BaseModel):
+    """``/readyz``: ready, and what each check found."""
+
+    ready: bool
+    checks: dict[str, Any]
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "not ready yet (or no longer)"}},
+)
 async def readyz(host: Services) -> JSONResponse:
     """Storage open, bus running and at least one bundle loaded."""
     checks: dict[str, Any] = {"storage": host.started and host.store is not None, "bus": host.runtime.bus is not None}
@@ -32,7 +44,11 @@ async def readyz(host: Services) -> JSONResponse:
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "the Prometheus text exposition"}},
+)
 async def metrics(host: Services) -> Response:
     """Prometheus text format."""
     return Response(host.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

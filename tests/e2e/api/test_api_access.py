@@ -128,6 +128,14 @@ async def test_bad_requests_get_the_right_status_and_change_nothing(tmp_path: Pa
                 "bundle_not_found",
             ),
             ("reused turn id", "POST", turns_url, {"json": {"message": "x", "turn_id": turn}}, 409, "turn_exists"),
+            (
+                "multipart without a message",
+                "POST",
+                turns_url,
+                {"files": {"notes": ("notes.txt", b"hello", "text/plain")}},
+                422,
+                "invalid_request",
+            ),
             ("bad conversation id", "GET", "/v1/acme/support/conversations/..%2F..%2Fetc", {}, 404, "not_found"),
             (
                 "traversal in a file path",
