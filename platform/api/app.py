@@ -62,7 +62,7 @@ def create_app(
         (:class:`~berth.api.heap.HeapGovernor`: the startup heap and what survives full collections are
         frozen, everything is swept once an hour); a server process does this, a test's app not.
         Measured on ``bench/api_load.py --turns 12``: full-collection pauses of 60 to 190 ms every few seconds
-        became rare sweeps, and the long run's added p99 first delta went from 80-130 ms to 5-36 ms.
+        became rare sweeps, and the long run's added p99 first delta went from 76-126 ms to 4.5 ms.
     """
     host = services or build_services(descriptors, **options)
     mcp_endpoint = McpEndpoint(host)

@@ -139,3 +139,10 @@ class ErrorResponse(BaseModel):
     """Every error the API answers: ``{"error": {"code", "message", "details"}}``."""
 
     error: ErrorDetail
+
+
+class Readiness(BaseModel):
+    """``/readyz``: ready, and what each check found."""
+
+    ready: bool
+    checks: dict[str, Any]

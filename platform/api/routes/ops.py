@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel
 
 from berth.api.deps import services
+from berth.api.schemas import Readiness
 from berth.api.services import HostServices
 
 router = APIRouter(tags=["ops"])
@@ -21,13 +21,6 @@ STATIC = Path(__file__).resolve().parent.parent / "static"
 async def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
-
-
-class Readiness(BaseModel):
-    """``/readyz``: ready, and what each check found."""
-
-    ready: bool
-    checks: dict[str, Any]
 
 
 @router.get(
