@@ -52,6 +52,10 @@ class TurnAdmission:
         self._lease = lease
         self._released = False
 
+    def turns_ahead(self) -> int | None:
+        """How many turns this one would wait behind for a slot (None: one is free)."""
+        return self._reservation.turns_ahead()
+
     async def wait_for_slot(self) -> None:
         """Wait until this worker has a free slot for the turn, and take it."""
         await self._reservation.run()

@@ -222,6 +222,10 @@ class HostServices:
                 turn=turn_id,
                 bundle=bundle_id,
             ):
+                ahead = admitted.turns_ahead()
+                if ahead is not None:  # say why nothing happens yet
+                    queued = f"this worker is busy: the turn waits for a free slot ({ahead} turns ahead of it)"
+                    await emit(TurnEvent("notice", {"code": "queued", "message": queued}))
                 try:
                     await admitted.wait_for_slot()
                 except asyncio.CancelledError:

@@ -31,6 +31,12 @@ class TurnSlots:
         """Turns admitted that have not taken a slot yet."""
         return self._reserved - self.running
 
+    def turns_ahead(self) -> int | None:
+        """How many turns a turn taking a slot now would wait behind (None: a slot is free for it)."""
+        if self.running < self.capacity and not self._waiting:
+            return None
+        return len(self._waiting)
+
     def resize(self, capacity: int, queue_max: int) -> None:
         """Apply new limits (a descriptor reload); more capacity hands free slots to waiting turns at once.
 
@@ -84,6 +90,10 @@ class SlotReservation:
         self._slots = slots
         self._running = False
         self._released = False
+
+    def turns_ahead(self) -> int | None:
+        """How many admitted turns would run before this one (None: it would run at once)."""
+        return self._slots.turns_ahead()
 
     async def run(self) -> None:
         """Wait until a slot is free and take it."""

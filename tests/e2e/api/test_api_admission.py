@@ -159,8 +159,12 @@ async def test_a_full_worker_queues_turns_then_answers_503(tmp_path: Path) -> No
 
         open_gate()
         assert (await stack.events(running["events_url"]))[-1][1] == "turn.completed"
-        kinds = [kind for _, kind, _ in await stack.events(queued["events_url"])]
-        assert (kinds[0], kinds[-1]) == ("turn.started", "turn.completed")
+        queued_events = await stack.events(queued["events_url"])
+        assert queued_events[0][1:] == (
+            "notice",
+            {"code": "queued", "message": "this worker is busy: the turn waits for a free slot (0 turns ahead of it)"},
+        )
+        assert (queued_events[1][1], queued_events[-1][1]) == ("turn.started", "turn.completed")
         exposition = await metrics(stack)
         assert (metric(exposition, "berth_turns_running"), metric(exposition, "berth_turns_queued")) == (0, 0)
         assert metric(exposition, "berth_admission_rejections_total", reason="backpressure", tenant="acme") == 1
@@ -175,8 +179,11 @@ async def test_a_queued_turn_can_be_cancelled_before_it_runs(tmp_path: Path) -> 
         assert (await stack.client.post(url, headers=stack.auth())).json()["cancelled"] is True
 
         events = await stack.events(queued["events_url"])
-        assert [(kind, data["code"]) for _, kind, data in events] == [("turn.failed", "cancelled")]
-        assert "waited for a free slot" in events[0][2]["message"]
+        assert [(kind, data["code"]) for _, kind, data in events] == [
+            ("notice", "queued"),
+            ("turn.failed", "cancelled"),
+        ]
+        assert "waited for a free slot" in events[1][2]["message"]
         assert metric(await metrics(stack), "berth_turns_queued") == 0
 
         open_gate()

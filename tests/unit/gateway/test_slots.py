@@ -37,6 +37,20 @@ async def test_admits_capacity_plus_queue_and_no_more() -> None:
     assert slots.reserve() is not None
 
 
+async def test_a_turn_knows_how_many_wait_ahead_of_it() -> None:
+    slots = TurnSlots(capacity=1, queue_max=3)
+    first = reserve(slots)
+    assert first.turns_ahead() is None, "a free slot: it runs at once"
+    await first.run()
+    second, third = reserve(slots), reserve(slots)
+    assert second.turns_ahead() == 0
+    waiting = await started(second)
+    assert third.turns_ahead() == 1
+    first.release()
+    await waiting
+    assert third.turns_ahead() == 0
+
+
 async def test_waiting_turns_run_in_the_order_they_were_admitted() -> None:
     slots = TurnSlots(capacity=1, queue_max=5)
     first = reserve(slots)
