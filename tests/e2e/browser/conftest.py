@@ -28,33 +28,31 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
 
 
-@pytest.fixture(scope="module")
-def open_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
-    """A demo host with ``auth: none``, tenant/project ``default/default`` and the ``hello`` bundle as default."""
-    root = tmp_path_factory.mktemp("open-host")
+def _open_descriptors_host(
+    tmp_path_factory: pytest.TempPathFactory, name: str, gateway: str | None = None
+) -> Iterator[BerthHost]:
+    """A demo host over :data:`OPEN_DESCRIPTORS`, with ``gateway`` as its ``gateway.yaml`` when given."""
+    root = tmp_path_factory.mktemp(name)
     descriptors = root / "descriptors"
     descriptors.mkdir()
-    for name, text in OPEN_DESCRIPTORS.items():
-        (descriptors / name).write_text(text)
+    for file_name, text in {**OPEN_DESCRIPTORS, **({"gateway.yaml": gateway} if gateway else {})}.items():
+        (descriptors / file_name).write_text(text)
     host = start_host(descriptors, root / "var", root / "berth.log")
     yield host
     stop_host(host)
+
+
+@pytest.fixture(scope="module")
+def open_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
+    """A demo host with ``auth: none``, tenant/project ``default/default`` and the ``hello`` bundle as default."""
+    yield from _open_descriptors_host(tmp_path_factory, "open-host")
 
 
 @pytest.fixture(scope="module")
 def limited_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
     """The open host's descriptors with a tight request rate for tenant ``default`` (6 a minute, burst 12)."""
-    root = tmp_path_factory.mktemp("limited-host")
-    descriptors = root / "descriptors"
-    descriptors.mkdir()
-    for name, text in OPEN_DESCRIPTORS.items():
-        (descriptors / name).write_text(text)
-    (descriptors / "gateway.yaml").write_text(
-        "auth: {mode: none}\nlimits: {default: {requests_per_minute: 6, burst: 12}}\n"
-    )
-    host = start_host(descriptors, root / "var", root / "berth.log")
-    yield host
-    stop_host(host)
+    gateway = "auth: {mode: none}\nlimits: {default: {requests_per_minute: 6, burst: 12}}\n"
+    yield from _open_descriptors_host(tmp_path_factory, "limited-host", gateway)
 
 
 @pytest.fixture(scope="module")
