@@ -99,7 +99,7 @@ def run(
 
 
 async def _print_events(lines: AsyncIterator[str]) -> None:
-    """Print a turn's SSE lines: the answer as it streams, tool calls, follow-ups, failures."""
+    """Print a turn's SSE lines: the answer as it streams, tool calls, notices, follow-ups, failures."""
     event = ""
     async for line in lines:
         if line.startswith("event: "):
@@ -110,6 +110,8 @@ async def _print_events(lines: AsyncIterator[str]) -> None:
                 click.echo(data["text"], nl=False)
             elif event == "tool.call":
                 click.secho(f"  · {data['tool_id']}", fg="cyan", err=True)
+            elif event == "notice":  # as the web UI shows them: a quiet line (a queued turn says so here)
+                click.secho(f"  ! {data.get('message')}", dim=True, err=True)
             elif event == "turn.completed":
                 click.echo()
                 for followup in data.get("followups") or []:
