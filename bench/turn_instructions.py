@@ -13,33 +13,23 @@ Usage: ``python bench/turn_instructions.py [--turns N] [--rounds N]`` (about a m
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-# Run as a script, this file's folder comes first on sys.path and its sibling bench/mcp.py would shadow the
-# MCP SDK's `mcp` package, which the host imports.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import importlib.util  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
 
 def run_turns(turns: int, rounds: int) -> None:
     """The child: a warm-up turn, then ``turns`` turns of ``rounds`` rounds, each on a new conversation."""
-    spec = importlib.util.spec_from_file_location("turn_overhead", HERE / "turn_overhead.py")
-    assert spec is not None and spec.loader is not None
-    overhead = importlib.util.module_from_spec(spec)
-    sys.modules["turn_overhead"] = overhead
-    spec.loader.exec_module(overhead)
+    import turn_overhead as overhead  # the sibling script (this folder is first on sys.path)
 
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="berth-instructions-") as tmp:

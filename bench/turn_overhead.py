@@ -3,7 +3,7 @@
 The model answers instantly, so everything a round costs is the framework's: for Berth that is render
 → stream parse → action validation → tool call → contribute → persist (the real
 :class:`~berth.runtime.loop.TurnRunner`, a folder bundle with one async ``@tool``, the SQLite
-conversation store, a :class:`~berth.plugins.models.scripted.ScriptedProvider` whose responses arrive in
+conversation store, a :class:`~berth.default_plugins.models.scripted.ScriptedProvider` whose responses arrive in
 ``--chunk-size`` character chunks). For LangGraph it is the ReAct agent built by
 ``langchain.agents.create_agent`` and by the deprecated ``langgraph.prebuilt.create_react_agent``,
 each with an ``InMemorySaver`` checkpointer, driven by a minimal ``BaseChatModel`` subclass (with
@@ -38,40 +38,35 @@ Usage: ``python bench/turn_overhead.py [--repeat N] [--sessions N] [--chunk-size
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import cProfile
+import gc
+import json
+import logging
+import os
+import pstats
+import statistics
 import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path and its sibling bench/mcp.py would shadow the
-# MCP SDK's `mcp` package, which the host imports.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+import yaml
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import cProfile  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import pstats  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import textwrap  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from collections.abc import Awaitable, Callable, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Any  # noqa: E402
-
-import yaml  # noqa: E402
-
-from berth.config import Configuration  # noqa: E402
-from berth.config.models.assembly import ModelRef  # noqa: E402
-from berth.host.registry import BundleRegistry  # noqa: E402
-from berth.plugins.models.scripted import ScriptedProvider  # noqa: E402
-from berth.plugins.storage.sqlite import SqliteConversationStore  # noqa: E402
-from berth.runtime.events import discard_events  # noqa: E402
-from berth.runtime.loop import TurnInput, TurnRunner  # noqa: E402
-from berth.storage.scope import ConversationScope  # noqa: E402
+from berth.config import Configuration
+from berth.config.models.assembly import ModelRef
+from berth.default_plugins.models.scripted import ScriptedProvider
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
+from berth.host.registry import BundleRegistry
+from berth.runtime.events import discard_events
+from berth.runtime.loop import TurnInput, TurnRunner
+from berth.storage.scope import ConversationScope
 
 ARG_BYTES = 200
 RESULT_BYTES = 2_048

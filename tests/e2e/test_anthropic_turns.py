@@ -22,10 +22,10 @@ from turn_harness import TurnHarness, action, complete, turn_harness
 from berth.config.models.assembly import ModelRef
 from berth.config.models.common import SecretSetting
 from berth.config.secrets import Secret
+from berth.default_plugins.models.anthropic import create_anthropic_provider
 from berth.fakes.anthropic_server import FakeAnthropicServer, content_blocks, estimate_tokens
 from berth.fakes.serving import RecordedRequest
 from berth.models.protocol import ModelEvent, ModelProvider, ModelRequest, Usage
-from berth.plugins.models.anthropic import create_anthropic_provider
 from berth.runtime.blocks import BlockType
 from berth.runtime.persistence import restore_conversation
 from berth.runtime.render import RenderedPrompt

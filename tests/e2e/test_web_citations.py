@@ -19,8 +19,8 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 from turn_harness import action, complete, turn_harness
 
+from berth.default_plugins.tools.web import berth_tool_packs
 from berth.fakes.serving import LocalServer
-from berth.plugins.tools.web import berth_tool_packs
 from berth.runtime.blocks import BlockType
 from berth.runtime.persistence import restore_conversation
 

@@ -14,10 +14,10 @@ import yaml
 
 from berth.config import Configuration
 from berth.config.models.assembly import ModelRef
+from berth.default_plugins.models.scripted import ScriptedProvider
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
+from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.host.registry import BundleRegistry
-from berth.plugins.models.scripted import ScriptedProvider
-from berth.plugins.storage.sqlite import SqliteConversationStore
-from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import ModelResolver, TurnInput, TurnResult, TurnRunner
 from berth.runtime.memory import HashedNgramEmbedder, MemorySearch

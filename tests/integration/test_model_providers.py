@@ -20,6 +20,8 @@ from berth.config.models.assembly import ModelRef
 from berth.config.models.common import SecretSetting
 from berth.config.models.secrets import BundlesSecretsDescriptor
 from berth.config.secrets import Secret, SecretResolver
+from berth.default_plugins.models.anthropic import AnthropicProvider, create_anthropic_provider
+from berth.default_plugins.models.openai_compatible import OpenAICompatibleProvider, create_openai_compatible_provider
 from berth.fakes.anthropic_server import FakeAnthropicServer, breakpoint_texts
 from berth.fakes.openai_server import FakeOpenAIServer
 from berth.models import (
@@ -35,8 +37,6 @@ from berth.models import (
     TextDelta,
     Usage,
 )
-from berth.plugins.models.anthropic import AnthropicProvider, create_anthropic_provider
-from berth.plugins.models.openai_compatible import OpenAICompatibleProvider, create_openai_compatible_provider
 from berth.runtime.announce import AnnounceState
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.render import RenderedPrompt, TimelineRenderer

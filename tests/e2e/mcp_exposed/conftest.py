@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
 
 from api_stack import KEYS, ApiStack, api_stack
 
+from berth.config.environment import running_in_ci
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 NPM_PREFIX = REPO_ROOT / "build" / "npm"
 INSPECTOR = NPM_PREFIX / "node_modules" / ".bin" / "mcp-inspector"
@@ -116,11 +118,6 @@ def berth_agent(ctx):
 def berth_tools(ctx):
     return [lookup, count]
 '''
-
-
-def running_in_ci() -> bool:
-    """True under CI, where a missing peer is a failure instead of a skip (as in the root conftest)."""
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 @pytest.fixture

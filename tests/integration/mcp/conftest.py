@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
+from berth.config.environment import running_in_ci
 from berth.config.errors import ConfigError
 from berth.config.secrets import Secret
 from berth.tools.contributions import McpServer
@@ -26,11 +27,6 @@ SERVERS = Path(__file__).parent / "servers"
 NPM_PREFIX = REPO_ROOT / "build" / "npm"
 EVERYTHING_JS = NPM_PREFIX / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 INSTALL_HINT = "run .ci/install-mcp-peers"
-
-
-def running_in_ci() -> bool:
-    """True under CI, where a missing peer is a failure instead of a skip (as in the root conftest)."""
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def _missing_peer(reason: str) -> None:

@@ -29,12 +29,14 @@ def provider_plugin(prefix: str) -> SimpleNamespace:
     return SimpleNamespace(berth_secret_providers=berth_secret_providers)
 
 
-def test_builtin_plugins_register_through_the_entry_point_group(clean_berth_env: None) -> None:
+DEFAULT_PLUGINS = {"anthropic", "openai-compatible", "scripted", "web", "embedded", "builtin-embedder"}
+
+
+def test_default_plugins_register_through_the_entry_point_group(clean_berth_env: None) -> None:
     plugins = PlatformPlugins.discover()
-    names = [r.name for r in plugins.records]
-    assert {"aws-sm", "anthropic", "openai-compatible", "scripted", "web"} <= set(names)
-    assert {r.package for r in plugins.records} == {"berth-platform"}
-    assert "aws-sm" in plugins.secret_providers()
+    packages = {r.name: r.package for r in plugins.records}
+    assert set(packages) >= DEFAULT_PLUGINS
+    assert {packages[name] for name in DEFAULT_PLUGINS} == {"berth-platform"}
     assert {"anthropic", "openai-compatible", "scripted"} <= set(plugins.model_providers())
     assert "web" in plugins.tool_packs()
     assert "embedded" in plugins.storage_backends()
@@ -69,11 +71,11 @@ def test_unregistering_a_plugin_removes_its_backends() -> None:
 
 
 def test_disable_list_removes_named_plugins(monkeypatch: pytest.MonkeyPatch, clean_berth_env: None) -> None:
-    monkeypatch.setenv("BERTH_DISABLE_PLUGINS", "aws-sm, other")
-    assert plugin_selection(["aws-sm", "web"]) == ["web"]
+    monkeypatch.setenv("BERTH_DISABLE_PLUGINS", "web, other")
+    assert plugin_selection(["scripted", "web"]) == ["scripted"]
     names = [r.name for r in PlatformPlugins.discover().records]
-    assert "aws-sm" not in names
-    assert "web" in names
+    assert "web" not in names
+    assert "scripted" in names
 
 
 def test_allow_list_keeps_only_named_plugins(monkeypatch: pytest.MonkeyPatch, clean_berth_env: None) -> None:

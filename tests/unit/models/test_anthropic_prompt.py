@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conversations import SYSTEM, Conversation
 
+from berth.default_plugins.models.anthropic import anthropic_prompt
 from berth.models import ModelProviderError
-from berth.plugins.models.anthropic import anthropic_prompt
 from berth.runtime.render import PromptMessage, PromptPart, RenderedPrompt
 
 EPHEMERAL = {"type": "ephemeral"}

@@ -8,6 +8,8 @@ import anthropic
 import httpx2
 import pytest
 
+from berth.default_plugins.models.anthropic import normalize_anthropic_error
+from berth.default_plugins.models.openai_compatible import normalize_chat_error
 from berth.models import (
     ModelContextOverflow,
     ModelProviderError,
@@ -15,8 +17,6 @@ from berth.models import (
     ModelUnavailable,
     TransientModelError,
 )
-from berth.plugins.models.anthropic import normalize_anthropic_error
-from berth.plugins.models.openai_compatible import normalize_chat_error
 
 ERROR_CLASSES: dict[int, type[anthropic.APIStatusError]] = {
     200: anthropic.APIStatusError,

@@ -9,6 +9,8 @@ import pytest
 from conversations import Conversation
 
 from berth.config.models.assembly import ModelRef
+from berth.default_plugins.models import scripted
+from berth.default_plugins.models.scripted import ScriptedProvider, create_scripted_provider
 from berth.models import (
     ModelCompleted,
     ModelContextOverflow,
@@ -19,8 +21,6 @@ from berth.models import (
     TextDelta,
     Usage,
 )
-from berth.plugins.models import scripted
-from berth.plugins.models.scripted import ScriptedProvider, create_scripted_provider
 from berth.runtime.render import RenderedPrompt
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from storage_builders import open_store
 
-from berth.plugins.storage.sqlite import SqliteConversationStore
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
 from berth.storage.scope import ConversationScope, OwnerScope
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from berth.plugins.storage.sqlite import SqliteConversationStore
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
 from berth.runtime.blocks import Block, BlockType
 
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from storage_builders import T0, open_store
 
-from berth.plugins.storage.sqlite import DATABASE_FILE
+from berth.default_plugins.storage.sqlite import DATABASE_FILE
 from berth.runtime.blocks import BlockType
 from berth.runtime.persistence import restore_conversation
 from berth.storage.scope import ConversationScope
@@ -29,7 +29,7 @@ import asyncio, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 from storage_builders import T0, final, head, tool_round
-from berth.plugins.storage.sqlite import SqliteConversationStore
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
 from berth.runtime.persistence import TurnRecorder, block_record, restore_conversation
 from berth.storage.conversations import ArtifactWrite
 from berth.storage.scope import ConversationScope

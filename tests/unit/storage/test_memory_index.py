@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from storage_builders import T0
 
-from berth.plugins.storage.sqlite_memory import SqliteMemoryIndex, fts_query
+from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex, fts_query
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.memory import (
     HashedNgramEmbedder,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from berth.plugins.storage.sqlite_database import SqliteDatabase
+from berth.default_plugins.storage.sqlite_database import SqliteDatabase
 from berth.storage.conversations import StorageError
 
 

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 from storage_builders import T0, final, head, open_store, tool_round
 
-from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
+from berth.default_plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, block_record, restore_conversation
 from berth.runtime.sources import Source, SourceRow, SourcesPool
 from berth.runtime.timeline import Timeline

@@ -10,7 +10,7 @@ import pytest
 from berth import hooks
 from berth.config.errors import ConfigError
 from berth.config.models.assembly import EmbeddedStorage
-from berth.plugins.storage import embedded
+from berth.default_plugins.storage import embedded
 from berth.storage.memory import MemoryFilter
 from berth.storage.scope import OwnerScope
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from storage_builders import T0, final, head, open_store, tool_round
 
-from berth.plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
+from berth.default_plugins.storage.sqlite import DATABASE_FILE, SqliteConversationStore
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, restore_conversation
 from berth.runtime.timeline import Timeline

@@ -12,12 +12,12 @@ import pluggy
 import pytest
 from web_playground import HUGE_BODY_BYTES, PlaygroundServer
 
-import berth.plugins.tools.web as web_plugin
+import berth.default_plugins.tools.web as web_plugin
 from berth import hooks
 from berth.config.errors import ConfigError
 from berth.config.secrets import Secret
-from berth.plugins.tools.web import NO_SEARCH_BACKEND, SearchHit, make_web_pack
-from berth.plugins.tools.web.errors import WebToolError
+from berth.default_plugins.tools.web import NO_SEARCH_BACKEND, SearchHit, make_web_pack
+from berth.default_plugins.tools.web.errors import WebToolError
 from berth.tools.packs import PackContext, PackTools
 from berth.tools.results import ToolOutput
 from berth.tools.spec import ToolSpec
@@ -311,7 +311,7 @@ async def test_every_redirect_hop_is_checked_for_private_addresses(
         if url.host == "localhost":
             raise WebToolError("unsafe_url", "host 'localhost' is a private or local address")
 
-    monkeypatch.setattr("berth.plugins.tools.web.fetching.ensure_public_host", refuse_localhost)
+    monkeypatch.setattr("berth.default_plugins.tools.web.fetching.ensure_public_host", refuse_localhost)
     spec = tool(web_tools(), "fetch")
     assert not (await spec.invoke({"url": playground.url("/article")})).is_error
     output = await spec.invoke({"url": playground.url("/redirect-to-localhost")})

@@ -1,1 +1,0 @@
-"""Isolated code execution: supervisor, executor bootstrap and backend launchers."""

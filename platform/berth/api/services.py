@@ -1,0 +1,319 @@
+"""What the API stands on: the host runtime (bundles), storage, models and the running turns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from berth.api.admission import Admission, TurnAdmission
+from berth.api.errors import ApiError, not_found
+from berth.api.metrics import Metrics
+from berth.api.sse import TurnEventLog
+from berth.config import ConfigError, Configuration
+from berth.config.models.assembly import EmbedderConfig
+from berth.config.models.gateway import GatewayDescriptor
+from berth.default_plugins.storage.embedded import EmbeddedStorageBackend
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
+from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
+from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
+from berth.gateway.counters import MemoryCounters
+from berth.host.models import ModelPool
+from berth.host.plugins import PlatformPlugins
+from berth.host.registry import BundleRegistry
+from berth.host.runtime import HostRuntime
+from berth.logs import bound
+from berth.runtime.events import TurnEvent
+from berth.runtime.loop import TurnInput, TurnRunner
+from berth.runtime.memory import Embedder, MemorySearch
+from berth.storage.scope import ConversationScope
+
+log = logging.getLogger(__name__)
+
+FINISHED_TURNS_KEPT = 2000
+"""Finished turns whose events stay replayable (for clients that reconnect late)."""
+
+
+CANCELLED_WAITING = "the turn was cancelled while it waited for a free slot; nothing of it was stored"
+
+
+def new_id(prefix: str) -> str:
+    """A short random id such as ``c_1a2b3c4d5e6f``."""
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+@dataclass
+class RunningTurn:
+    """A turn the API started: its scope, event log and task."""
+
+    scope: ConversationScope
+    turn_id: str
+    bundle_id: str
+    log: TurnEventLog
+    task: asyncio.Task[Any] | None = None
+    """The turn's task while it runs; dropped when it ends (a finished turn keeps only what replays its events)."""
+    started: float = field(default_factory=time.monotonic)
+
+
+class HostServices:
+    """Owns the long-lived parts of an API process; :meth:`start` and :meth:`stop` bracket its life."""
+
+    def __init__(self, runtime: HostRuntime, plugins: PlatformPlugins, *, var_root: Path | None = None) -> None:
+        self.runtime = runtime
+        self.plugins = plugins
+        self._var_root = var_root
+        self.metrics = Metrics()
+        self.turns: dict[str, RunningTurn] = {}
+        self._busy: dict[tuple[str, str, str, str], str] = {}
+        self._admitting: set[str] = set()
+        # Embedded mode counts in this process. Distributed mode (not served by the API yet: it needs the
+        # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
+        self.admission = Admission(lambda: self.config.descriptors.gateway, MemoryCounters(), self.metrics)
+        self._runners: dict[tuple[str, str], TurnRunner] = {}
+        self.storage: EmbeddedStorageBackend | None = None
+        self.store: SqliteConversationStore | None = None
+        self.memory_index: SqliteMemoryIndex | None = None
+        self.meta: SqliteMetaStore | None = None
+        self.models: ModelPool | None = None
+        self.initial_config: Configuration | None = None
+        self.started = False
+
+    @property
+    def registry(self) -> BundleRegistry:
+        """The bundle registry (after :meth:`start`)."""
+        if self.runtime.registry is None:
+            raise ApiError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
+        return self.runtime.registry
+
+    def current_gateway(self) -> GatewayDescriptor | None:
+        """The gateway descriptor in force (None while the host is starting)."""
+        registry = self.runtime.registry
+        return registry.config.descriptors.gateway if registry is not None else None
+
+    @property
+    def config(self) -> Configuration:
+        """The configuration bundles were loaded with."""
+        return self.registry.config
+
+    async def start(self) -> None:
+        """Load bundles, open storage and prepare the model providers."""
+        outcomes = await self.runtime.start()
+        for outcome in outcomes:
+            self.metrics.reloads.labels(bundle=outcome.bundle_id, ok=str(outcome.ok).lower()).inc()
+        self.registry.add_listener(
+            lambda o: self.metrics.reloads.labels(bundle=o.bundle_id, ok=str(o.ok).lower()).inc()
+        )
+        # changed descriptors may change a scope's models: build its runner again on next use
+        self.registry.add_listener(lambda o: self._runners.clear() if o.reason == "descriptors" else None)
+        storage = self.config.settings_for().storage
+        if storage.kind != "embedded":
+            raise ConfigError(
+                "storage_unsupported",
+                "platform.storage.kind 'distributed' needs the PostgreSQL conversation store, which this build "
+                "does not have yet; use kind: embedded",
+            )
+        root = self._var_root or (self.config.descriptors.base_dir / storage.root).resolve()
+        self.storage = EmbeddedStorageBackend(root)  # the store and the memory index on one connection
+        await self.storage.open()
+        self.store, self.memory_index = self.storage.conversations, self.storage.memory
+        self.meta = SqliteMetaStore(root)
+        await self.meta.open()
+        self.models = ModelPool(self.config, self.plugins.model_providers())
+        self._check_embedders()
+        self.started = True
+
+    async def stop(self) -> None:
+        """Cancel running turns, close storage and providers, unload bundles."""
+        tasks = [t.task for t in self.turns.values() if t.task is not None and not t.task.done()]
+        if tasks:  # turns that already answered only finish their bookkeeping: let them, then cancel the rest
+            _, still_running = await asyncio.wait(tasks, timeout=2)
+            for task in still_running:
+                task.cancel()
+            if still_running:
+                await asyncio.wait(still_running, timeout=10)
+        await self.admission.aclose()
+        if self.models is not None:
+            await self.models.aclose()
+        for closable in (self.meta, self.storage):
+            if closable is not None:
+                await closable.aclose()
+        await self.runtime.stop()
+        self.started = False
+
+    def runner_for(self, tenant: str, project: str) -> TurnRunner:
+        """The turn runner of a scope (kept, so conversations stay resident in memory between turns)."""
+        runner = self._runners.get((tenant, project))
+        if runner is None:
+            runner = self._new_runner(tenant, project)
+            self._runners[(tenant, project)] = runner
+        return runner
+
+    def _new_runner(self, tenant: str, project: str) -> TurnRunner:
+        assert self.store is not None and self.models is not None and self.memory_index is not None
+        index = self.memory_index
+        settings = self.config.settings_for(tenant, project)
+        embedder = self._embedder(settings.embedder)  # one per runner: it keeps what it has computed
+
+        def memory(scope: ConversationScope) -> MemorySearch:
+            return MemorySearch(index, embedder, scope=scope)
+
+        return TurnRunner(
+            store=self.store,
+            models=self.models.resolver(settings),
+            tool_packs=self.plugins.tool_packs(),
+            memory=memory,
+        )
+
+    async def start_turn(
+        self,
+        scope: ConversationScope,
+        bundle_id: str,
+        message: str,
+        *,
+        turn_id: str | None = None,
+        attachments: tuple[tuple[str, str, bytes], ...] = (),
+        user_timezone: str = "UTC",
+    ) -> RunningTurn:
+        """Start a turn in the background; its events go to a log clients can stream and resume.
+
+        The turn is admitted first (:class:`~berth.api.admission.Admission`: 429 when its tenant runs as many
+        turns as it may, 503 when this worker's slots and queue are full); an admitted turn may wait for a
+        slot before it runs, its events stream then starting when it does.
+        """
+        key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+        if key in self._busy:
+            raise ApiError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
+        turn_id = turn_id or new_id("turn")
+        if turn_id in self.turns or turn_id in self._admitting:
+            raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used")
+        # fail now (404/503) when the bundle cannot serve this scope; the turn pins its generation when it runs
+        self.registry.context_for(self.registry.current(bundle_id), scope.tenant, scope.project)
+        runner = self.runner_for(scope.tenant, scope.project)
+        self._busy[key] = turn_id  # claimed while admission is decided (it may await shared counters)
+        self._admitting.add(turn_id)
+        try:
+            admitted = await self.admission.admit_turn(scope.tenant, turn_id)
+        except BaseException:
+            self._busy.pop(key, None)
+            raise
+        finally:
+            self._admitting.discard(turn_id)
+        running = RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=TurnEventLog(turn_id))
+        self.turns[turn_id] = running
+
+        async def emit(event: TurnEvent) -> None:
+            self.metrics.observe_event(event, scope.tenant)
+            if event.type in ("turn.completed", "turn.failed"):
+                # committed: the conversation takes its next turn, and the tenant the next one, from here on
+                self._busy.pop(key, None)
+                await admitted.release()
+            await running.log.append(event)
+
+        async def run() -> None:
+            with bound(
+                tenant=scope.tenant,
+                project=scope.project,
+                conversation=scope.conversation_id,
+                turn=turn_id,
+                bundle=bundle_id,
+            ):
+                ahead = admitted.turns_ahead()
+                if ahead is not None:  # say why nothing happens yet
+                    queued = f"this worker is busy: the turn waits for a free slot ({ahead} turns ahead of it)"
+                    await emit(TurnEvent("notice", {"code": "queued", "message": queued}))
+                try:
+                    await admitted.wait_for_slot()
+                except asyncio.CancelledError:
+                    self._busy.pop(key, None)
+                    await emit(TurnEvent("turn.failed", {"code": "cancelled", "message": CANCELLED_WAITING}))
+                    await running.log.close()
+                    return
+                await run_turn()
+
+        async def run_turn() -> None:
+            try:
+                async with self.registry.use(bundle_id) as pinned:
+                    request = TurnInput(
+                        scope=scope,
+                        turn_id=turn_id,
+                        message=message,
+                        attachments=attachments,
+                        user_timezone=user_timezone,
+                    )
+                    context = self.registry.context_for(pinned, scope.tenant, scope.project)
+                    result = await runner.run(pinned, context, request, emit)
+                    self.metrics.observe_result(result, scope.tenant)
+                assert self.meta is not None
+                await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
+            except Exception as exc:
+                log.exception("turn %s failed", turn_id)
+                await running.log.append(
+                    TurnEvent(
+                        "turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"}
+                    )
+                )
+            finally:
+                self._busy.pop(key, None)
+                await running.log.close()
+                self._forget_old_turns()
+
+        running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
+        running.task.add_done_callback(lambda _: self._turn_ended(running, admitted))
+        return running
+
+    @staticmethod
+    def _turn_ended(running: RunningTurn, admitted: TurnAdmission) -> None:
+        """A turn's task ended, however: return what it was admitted with, and let the task go.
+
+        A finished turn stays in :attr:`turns` (up to :data:`FINISHED_TURNS_KEPT`) only to replay its events;
+        dropping the task frees its coroutine and context, objects the garbage collector would walk at every
+        full collection for as long as the turn is kept.
+        """
+        admitted.release_soon()
+        running.task = None
+
+    def _check_embedders(self) -> None:
+        """Refuse to start when a scope names an embedder no installed plugin provides."""
+        known = self.plugins.embedders()
+        scopes: list[tuple[str | None, str | None]] = [(None, None), *self.config.descriptors.assembly.scopes()]
+        for tenant, project in scopes:
+            provider = self.config.settings_for(tenant, project).embedder.provider
+            if provider not in known:
+                where = f"{tenant}/{project}" if tenant else "platform"
+                raise ConfigError(
+                    "embedder_unknown",
+                    f"{where}: platform.embedder.provider {provider!r} is not installed "
+                    f"(installed: {', '.join(sorted(known)) or 'none'})",
+                )
+
+    def _embedder(self, config: EmbedderConfig) -> Embedder:
+        """The embedder ``platform.embedder`` names for a scope, built by its plugin."""
+        factories = self.plugins.embedders()
+        factory = factories.get(config.provider)
+        if factory is None:
+            known = ", ".join(sorted(factories)) or "none"
+            raise ConfigError(
+                "embedder_unknown", f"platform.embedder.provider {config.provider!r} is not installed (known: {known})"
+            )
+        built: Embedder = factory(config)
+        return built
+
+    def turn_in_scope(self, scope: ConversationScope, turn_id: str) -> RunningTurn:
+        """A turn the API ran in exactly this scope; 404 otherwise."""
+        running = self.turns.get(turn_id)
+        if running is None or running.scope != scope:
+            raise not_found(f"turn {turn_id}")
+        return running
+
+    def _forget_old_turns(self) -> None:
+        # Scanning every turn costs what the table holds: only when it has grown well past the limit.
+        if len(self.turns) <= FINISHED_TURNS_KEPT + FINISHED_TURNS_KEPT // 4:
+            return
+        finished = [t for t in self.turns.values() if t.log.closed]
+        for old in sorted(finished, key=lambda t: t.started)[: max(len(finished) - FINISHED_TURNS_KEPT, 0)]:
+            self.turns.pop(old.turn_id, None)

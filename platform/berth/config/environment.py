@@ -1,0 +1,56 @@
+"""The host's own environment variables — the only place Berth reads ``os.environ``.
+
+Platform settings come from descriptors with ``BERTH_PLATFORM__…`` overrides (see
+:mod:`berth.config.settings`); the variables here steer the process itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PLATFORM_ENV_PREFIX = "BERTH_PLATFORM__"
+
+
+class HostEnvironment(BaseSettings):
+    """Process-level switches read from ``BERTH_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="BERTH_", extra="ignore", frozen=True)
+
+    descriptors: Path | None = None
+    """``BERTH_DESCRIPTORS``: the descriptors folder when ``--descriptors`` is not given."""
+
+    plugins: str | None = None
+    """``BERTH_PLUGINS``: comma-separated allow-list of platform plugin names (unset = all)."""
+
+    disable_plugins: str | None = None
+    """``BERTH_DISABLE_PLUGINS``: comma-separated deny-list of platform plugin names."""
+
+    log_level: str = "INFO"
+    """``BERTH_LOG_LEVEL``."""
+
+    api_key: str | None = None
+    """``BERTH_API_KEY``: the key ``berth chat`` sends to a running host."""
+
+
+def host_environment() -> HostEnvironment:
+    """Read the host environment now (not cached: tests and reloads may change it)."""
+    return HostEnvironment()
+
+
+def process_environ() -> Mapping[str, str]:
+    """The process environment, for the ``env:`` secret provider and override checks."""
+    return os.environ
+
+
+def platform_override_variables() -> dict[str, str]:
+    """Every ``BERTH_PLATFORM__…`` variable that is set, by upper-cased name."""
+    return {name.upper(): value for name, value in os.environ.items() if name.upper().startswith(PLATFORM_ENV_PREFIX)}
+
+
+def running_in_ci() -> bool:
+    """Whether ``CI`` is set to a true value: test services that are missing then fail instead of skipping."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}

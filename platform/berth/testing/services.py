@@ -1,0 +1,97 @@
+"""Service markers for tests that need a real service: ``postgres``, ``redis``, ``docker``, ``browser``, ``aws``.
+
+A test marked with one runs when the service answers. When it does not, the test is skipped with the reason,
+or fails under ``CI=true``, where a missing service is a broken CI set-up rather than a reason to skip. Any
+project with ``berth-platform`` installed gets the markers (the core's suite, the ``plugins/*`` projects and
+third-party plugins alike)::
+
+    @pytest.mark.postgres
+    def test_migrations_apply(): ...
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from berth.config.environment import process_environ, running_in_ci
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceMarker:
+    """A marker name, what it needs, and how to tell whether that is here now."""
+
+    name: str
+    needs: str
+    available: Callable[[], bool]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> Callable[[], bool]:
+    """A check that a TCP connection to ``host:port`` succeeds within a second."""
+
+    def check() -> bool:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    return check
+
+
+def docker_available() -> bool:
+    """Whether a Docker engine's socket and the ``docker`` client are both here."""
+    return Path("/var/run/docker.sock").exists() and shutil.which("docker") is not None
+
+
+def chromium_available() -> bool:
+    """Whether a Chromium binary is on ``PATH``."""
+    return shutil.which("chromium") is not None or shutil.which("chromium-browser") is not None
+
+
+def moto_available() -> bool:
+    """Whether moto's server (the local stand-in for S3, ECS and Secrets Manager) can be imported."""
+    return importlib.util.find_spec("moto") is not None
+
+
+SERVICE_MARKERS: tuple[ServiceMarker, ...] = (
+    ServiceMarker("postgres", "PostgreSQL on 127.0.0.1:5432", port_open(5432)),
+    ServiceMarker("redis", "Redis on 127.0.0.1:6379", port_open(6379)),
+    ServiceMarker("docker", "a Docker engine (/var/run/docker.sock)", docker_available),
+    ServiceMarker("browser", "headless Chromium on PATH", chromium_available),
+    ServiceMarker("aws", "moto's server (S3/ECS/Secrets Manager) on 127.0.0.1", moto_available),
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the service markers, so ``--strict-markers`` accepts them in any project."""
+    for marker in SERVICE_MARKERS:
+        config.addinivalue_line("markers", f"{marker.name}: needs {marker.needs}")
+
+
+@pytest.fixture(autouse=True)
+def _require_marked_services(request: pytest.FixtureRequest) -> None:
+    """Skip (or, under ``CI=true``, fail) a test whose marked service does not answer."""
+    by_name = {marker.name: marker for marker in SERVICE_MARKERS}
+    for mark in request.node.iter_markers():
+        marker = by_name.get(mark.name)
+        if marker is None or marker.available():
+            continue
+        reason = f"needs {marker.needs}, which is not available"
+        if running_in_ci():
+            pytest.fail(f"{reason} (required under CI=true)")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def clean_berth_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remove every ``BERTH_*`` variable so a test sees only what it sets."""
+    for name in list(process_environ()):
+        if name.upper().startswith("BERTH_"):
+            monkeypatch.delenv(name)
