@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from berth.cli.table import print_table
 from berth.config.errors import ConfigError
 from berth.host.broadcast import read_worker_reports
 from berth.host.registry import BundleStatus
@@ -23,6 +24,10 @@ DESCRIPTORS_OPTION = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     help="descriptors folder (default: $BERTH_DESCRIPTORS, then ./descriptors, then embedded defaults)",
 )
+
+
+STATE_LABELS = {"not_enabled": "installed (not enabled)"}
+"""How ``bundles list`` shows a state whose name alone would not say enough."""
 
 
 @click.group("bundles")
@@ -39,19 +44,12 @@ def _status_rows(statuses: list[BundleStatus]) -> list[list[str]]:
                 status.version or "-",
                 status.source,
                 str(status.generation) if status.generation is not None else "-",
-                status.state,
+                STATE_LABELS.get(status.state, status.state),
                 ",".join(status.tenants) or "-",
                 str(status.error) if status.error else "",
             ]
         )
     return rows
-
-
-def _print_table(rows: list[list[str]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        click.echo("  ".join([*cells, row[-1]]).rstrip())
 
 
 @bundles_group.command("list")
@@ -79,7 +77,13 @@ def list_bundles(descriptors: Path | None, output_format: str) -> None:
     if output_format == "json":
         click.echo(json.dumps({"bundles": [asdict(s) for s in statuses], "workers": workers}, indent=2, default=str))
         return
-    _print_table(_status_rows(statuses))
+    print_table(_status_rows(statuses))
+    not_enabled = [status.id for status in statuses if status.state == "not_enabled"]
+    if not_enabled:
+        click.echo(
+            f"\ninstalled but not enabled: {', '.join(not_enabled)} "
+            "(name them in bundles.yaml with source: {entry_point: <id>} and enable them for a tenant)"
+        )
     for status in statuses:
         if status.error and status.error.traceback:
             click.echo(f"\n{status.id}: {status.error}\n{status.error.traceback.rstrip()}", err=True)

@@ -1,4 +1,4 @@
-"""Why a bundle generation failed to load: a stable code, a message, and where (file:line)."""
+"""Why a bundle generation or a platform plugin failed to load: a stable code, a message, and where (file:line)."""
 
 from __future__ import annotations
 

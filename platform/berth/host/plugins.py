@@ -1,25 +1,47 @@
 """Platform plugins: discovery through the ``berth.plugins`` entry-point group, and a typed facade.
 
-Built-in plugins in ``berth.plugins`` register through the same group as a third party's would.
+The default plugins in ``berth.default_plugins`` register through the same group as a third party's would.
 ``BERTH_PLUGINS`` (allow-list) and ``BERTH_DISABLE_PLUGINS`` (deny-list) choose which load; both are
 comma-separated entry-point names.
+
+A plugin that fails is reported and left out; the host goes on. It fails when its module raises on import
+(``plugin_import_failed``), when its hooks do not match Berth's hookspecs (``plugin_invalid_hooks``: pluggy's
+validation error, or a ``berth_*`` hook that does not exist), or when one of its hooks raises while the host
+collects what it contributes (``plugin_hook_failed``). Each failure is logged once per process at WARNING with
+the entry point's name, its distribution and the error's file:line, and listed by ``berth plugins list``.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
+import logging
+import re
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from pathlib import Path
+from typing import Any, Literal, cast
 
 import pluggy
-from importlib_metadata import entry_points
+from importlib_metadata import EntryPoint, entry_points
 
 from berth import hooks
 from berth.config.environment import host_environment
 from berth.config.errors import ConfigError
 from berth.config.secrets import BUILTIN_PROVIDER_NAMES, SecretProviderFactory
+from berth.host.errors import LoadError, load_error_from_exception
 
 PLUGIN_GROUP = "berth.plugins"
+PLUGIN_IMPORT_FAILED = "plugin_import_failed"
+PLUGIN_INVALID_HOOKS = "plugin_invalid_hooks"
+PLUGIN_HOOK_FAILED = "plugin_hook_failed"
+
+PluginState = Literal["loaded", "failed", "disabled"]
+
+logger = logging.getLogger(__name__)
+_reported: set[tuple[str, str]] = set()
+"""Failures already logged in this process (the host discovers plugins more than once)."""
 
 
 class PluginConflictError(ConfigError):
@@ -31,10 +53,15 @@ class PluginConflictError(ConfigError):
 
 @dataclass(frozen=True)
 class PluginRecord:
-    """One registered platform plugin: its entry-point name and the distribution that ships it."""
+    """One platform plugin: its entry-point name, the distribution that ships it, and how loading it went."""
 
     name: str
     package: str
+    version: str | None = None
+    state: PluginState = "loaded"
+    error: LoadError | None = None
+    hooks: tuple[str, ...] = ()
+    """The Berth hooks it implements (``berth_`` left off), for a loaded plugin."""
 
 
 def plugin_selection(names: Iterable[str]) -> list[str]:
@@ -61,28 +88,51 @@ class PlatformPlugins:
 
     @classmethod
     def discover(cls) -> PlatformPlugins:
-        """Register every selected plugin of the ``berth.plugins`` entry-point group."""
+        """Register every selected plugin of the ``berth.plugins`` entry-point group; report the ones that fail."""
         plugins = cls()
-        found = {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
-        for name in plugin_selection(sorted(found)):
+        found = {point.name: point for point in entry_points(group=PLUGIN_GROUP)}
+        selected = set(plugin_selection(sorted(found)))
+        for name in sorted(found):
             point = found[name]
-            package = point.dist.name if point.dist is not None else "unknown"
-            plugins.register(point.load(), name=name, package=package)
+            package, version = _distribution_of(point)
+            if name not in selected:
+                plugins._records[name] = PluginRecord(name, package, version, state="disabled")
+                continue
+            try:
+                module = point.load()
+            except Exception as exc:  # a plugin's import may raise anything; it is reported, never fatal
+                error = load_error_from_exception(PLUGIN_IMPORT_FAILED, exc, _source_roots(point.module))
+                plugins._fail(name, package, version, _with_location(error, exc))
+                continue
+            plugins.register(module, name=name, package=package, version=version)
         return plugins
 
-    def register(self, plugin: object, *, name: str, package: str) -> None:
-        """Register ``plugin`` (a module or object with ``@hookimpl`` functions)."""
-        self._manager.register(plugin, name=name)
-        self._records[name] = PluginRecord(name, package)
+    def register(self, plugin: object, *, name: str, package: str, version: str | None = None) -> None:
+        """Register ``plugin`` (a module or object with ``@hookimpl`` functions); invalid hooks leave it out."""
+        try:
+            self._manager.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            self._fail(name, package, version, _invalid_hooks_error(plugin, str(exc)))
+            return
+        unknown = [caller.name for caller in self._manager.get_hookcallers(plugin) or [] if not caller.has_spec()]
+        if unknown:
+            self._manager.unregister(name=name)
+            self._fail(name, package, version, _unknown_hooks_error(plugin, unknown))
+            return
+        implemented = tuple(
+            sorted(caller.name.removeprefix("berth_") for caller in self._manager.get_hookcallers(plugin) or [])
+        )
+        self._records[name] = PluginRecord(name, package, version, hooks=implemented)
 
     def unregister(self, name: str) -> None:
         """Remove the plugin registered as ``name``."""
-        self._manager.unregister(name=name)
+        if self._manager.get_plugin(name) is not None:
+            self._manager.unregister(name=name)
         self._records.pop(name, None)
 
     @property
     def records(self) -> list[PluginRecord]:
-        """Every registered plugin, by name."""
+        """Every plugin found (loaded, failed or disabled), by name."""
         return sorted(self._records.values(), key=lambda record: record.name)
 
     def secret_providers(self) -> dict[str, SecretProviderFactory]:
@@ -111,14 +161,21 @@ class PlatformPlugins:
         return self._collect("berth_embedders")
 
     def _collect(self, hook_name: str, reserved: Iterable[str] = ()) -> dict[str, Any]:
-        """Merge one mapping-returning hook across plugins, refusing duplicate names."""
+        """Merge one mapping-returning hook across plugins, refusing duplicate names.
+
+        A plugin whose hook raises is reported and left out (its other contributions too, from then on).
+        """
         caller = getattr(self._manager.hook, hook_name)
         merged: dict[str, Any] = {}
         owners: dict[str, str] = {}
         reserved_names = set(reserved)
         for impl in caller.get_hookimpls():  # in registration order
             package = self._package_of(impl.plugin_name)
-            contributed: Mapping[str, Any] = impl.function() or {}
+            try:
+                contributed: Mapping[str, Any] = impl.function() or {}
+            except Exception as exc:  # a plugin's hook may raise anything; it is reported, never fatal
+                self._fail_loaded(impl.plugin_name, impl.function, exc)
+                continue
             for backend_name, factory in contributed.items():
                 if backend_name in reserved_names:
                     raise PluginConflictError(
@@ -136,3 +193,83 @@ class PlatformPlugins:
     def _package_of(self, plugin_name: str) -> str:
         record = self._records.get(plugin_name)
         return record.package if record is not None else plugin_name
+
+    def _fail(self, name: str, package: str, version: str | None, error: LoadError) -> None:
+        self._records[name] = PluginRecord(name, package, version, state="failed", error=error)
+        key = (name, str(error))
+        if key not in _reported:
+            _reported.add(key)
+            release = f" {version}" if version else ""
+            logger.warning("platform plugin '%s' (%s%s) is left out: %s", name, package, release, error)
+
+    def _fail_loaded(self, name: str, function: Callable[..., Any], exc: Exception) -> None:
+        record = self._records.get(name)
+        package, version = (record.package, record.version) if record else (name, None)
+        error = load_error_from_exception(PLUGIN_HOOK_FAILED, exc, _function_roots(function), function.__name__)
+        self.unregister(name)
+        self._fail(name, package, version, _with_location(error, exc))
+
+
+def _distribution_of(point: EntryPoint) -> tuple[str, str | None]:
+    if point.dist is None:
+        return "unknown", None
+    return point.dist.name, point.dist.version
+
+
+def _source_roots(module_name: str) -> list[Path]:
+    """The folder of the plugin's top-level package (or its module's file), to find the failing frame in."""
+    try:
+        spec = importlib.util.find_spec(module_name.partition(".")[0])
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(location) for location in spec.submodule_search_locations]
+    return [Path(spec.origin)] if spec.origin else []
+
+
+def _function_roots(function: Callable[..., Any]) -> list[Path]:
+    module = getattr(function, "__module__", None)
+    return _source_roots(module) if module else []
+
+
+def _with_location(error: LoadError, exc: BaseException) -> LoadError:
+    """Point at the frame that raised when no frame lies inside the plugin's own files."""
+    if error.file is not None or exc.__traceback__ is None:
+        return error
+    frames = [(frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(exc.__traceback__)]
+    located = [(file, line) for file, line in frames if not file.startswith("<")]
+    if not located:
+        return error
+    file, line = located[-1]
+    return LoadError(error.code, error.message, file, line, error.traceback)
+
+
+_HOOK_IN_MESSAGE = re.compile(r"for hook '(?P<hook>\w+)'")
+
+
+def _invalid_hooks_error(plugin: object, message: str) -> LoadError:
+    """pluggy's validation message, pointing at the offending hook function."""
+    match = _HOOK_IN_MESSAGE.search(message)
+    function = getattr(plugin, match["hook"], None) if match else None
+    file, line = _code_location(function)
+    text = " ".join(message.split())
+    return LoadError(PLUGIN_INVALID_HOOKS, f"PluginValidationError: {text}", file, line)
+
+
+def _unknown_hooks_error(plugin: object, unknown: list[str]) -> LoadError:
+    known = sorted(name for name in dir(hooks) if name.startswith("berth_"))
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    file, line = _code_location(getattr(plugin, unknown[0], None))
+    return LoadError(PLUGIN_INVALID_HOOKS, f"unknown hook(s): {', '.join(parts)}", file, line)
+
+
+def _code_location(function: object) -> tuple[str | None, int | None]:
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None, None
+    return code.co_filename, code.co_firstlineno

@@ -20,12 +20,13 @@ from berth.bundle.context import BundleContext, bundle_logger
 from berth.config import ConfigError, Configuration, DescriptorError
 from berth.host.errors import BundleLoadError, LoadError
 from berth.host.generation import BundleGeneration
-from berth.host.importer import purge_modules
+from berth.host.importer import bundle_entry_points, purge_modules
 from berth.host.loader import load_generation
 
 log = logging.getLogger(__name__)
 
-BundleState = Literal["loaded", "failed", "not_loaded"]
+BundleState = Literal["loaded", "failed", "not_loaded", "not_enabled"]
+"""``not_enabled``: installed (a ``berth.bundles`` entry point) but named by no entry of ``bundles.yaml``."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,9 @@ class BundleRegistry:
         )
 
     def statuses(self) -> list[BundleStatus]:
-        """Every bundle named in ``bundles.yaml`` with its serving generation and last error."""
+        """Every bundle named in ``bundles.yaml`` with its serving generation and last error, then every
+        installed bundle that ``bundles.yaml`` does not name (``not_enabled``), so an operator sees what they
+        could enable."""
         rows = []
         descriptors = self._config.descriptors
         for bundle_id, entry in sorted(descriptors.bundles.bundles.items()):
@@ -241,7 +244,26 @@ class BundleRegistry:
                     loaded_at=generation.loaded_at if generation else None,
                 )
             )
-        return rows
+        return rows + self._installed_but_not_enabled()
+
+    def _installed_but_not_enabled(self) -> list[BundleStatus]:
+        entries = self._config.descriptors.bundles.bundles
+        # an id in bundles.yaml (even one loaded from a folder) is the same bundle as the entry point of that name
+        named = set(entries) | {entry.source.entry_point for entry in entries.values() if entry.source.entry_point}
+        return [
+            BundleStatus(
+                id=name,
+                version=point.dist.version if point.dist is not None else None,
+                source=f"entry_point:{name}",
+                generation=None,
+                state="not_enabled",
+                error=None,
+                tenants=(),
+                loaded_at=None,
+            )
+            for name, point in sorted(bundle_entry_points().items())
+            if name not in named
+        ]
 
     @property
     def retired_generations(self) -> list[BundleGeneration]:

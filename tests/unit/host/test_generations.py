@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,10 +11,15 @@ import pytest
 from host_helpers import BASIC_INIT, path_entry
 
 from berth.config import ConfigError, Configuration
-from berth.host.registry import BundleRegistry
+from berth.host.registry import BundleRegistry, BundleStatus
 
 FolderBundle = Callable[..., Path]
 Descriptors = Callable[..., Configuration]
+
+
+def configured_statuses(registry: BundleRegistry) -> list[BundleStatus]:
+    """The rows of the bundles ``bundles.yaml`` names (installed example bundles it does not name are left out)."""
+    return [status for status in registry.statuses() if status.state != "not_enabled"]
 
 
 async def call_answer(registry: BundleRegistry, bundle_id: str) -> object:
@@ -113,13 +119,13 @@ async def test_a_syntax_error_keeps_the_old_generation_serving_and_names_file_an
     assert outcome.error.file == str(folder / "broken.py")
     assert "SyntaxError" in outcome.error.message
     assert await call_answer(registry, "alpha") == "v1"
-    (status,) = registry.statuses()
+    (status,) = configured_statuses(registry)
     assert (status.state, status.generation) == ("loaded", 1)
     assert status.error == outcome.error
     (folder / "broken.py").write_text("x = 1\n")
     fixed = await registry.reload("alpha")
     assert fixed.ok
-    assert registry.statuses()[0].error is None
+    assert configured_statuses(registry)[0].error is None
     await registry.close()
 
 
@@ -245,7 +251,7 @@ async def test_scoped_context_carries_scoped_props(folder_bundle: FolderBundle, 
     support = registry.context_for(generation, "acme", "support")
     assert (support.tenant, support.project, support.props.greeting) == ("acme", "support", "support hi")  # type: ignore[attr-defined]
     assert generation.hooks.agent(support).instructions == "support hi"
-    assert [s.tenants for s in registry.statuses()] == [("acme/sales", "acme/support")]
+    assert [s.tenants for s in configured_statuses(registry)] == [("acme/sales", "acme/support")]
     await registry.close()
 
 
@@ -297,7 +303,7 @@ async def test_new_and_removed_bundles_follow_the_descriptors(
     registry = BundleRegistry(descriptors_for({"alpha": path_entry(alpha)}))
     await registry.start()
     await registry.apply_configuration(descriptors_for({"beta": path_entry(beta)}))
-    assert [s.id for s in registry.statuses()] == ["beta"]
+    assert [s.id for s in configured_statuses(registry)] == ["beta"]
     assert registry.current("beta").number == 1
     with pytest.raises(ConfigError):
         registry.current("alpha")
@@ -336,3 +342,39 @@ async def test_same_size_edits_within_one_second_reload_the_new_code(
         assert await call_answer(registry, "alpha") == f"r{attempt}"
     assert not (folder / "__pycache__").exists()
     await registry.close()
+
+
+async def test_installed_bundles_that_bundles_yaml_does_not_name_are_listed_as_not_enabled(
+    descriptors_for: Callable[..., Configuration],
+) -> None:
+    registry = BundleRegistry(descriptors_for({"hello": {"source": {"entry_point": "hello"}}}))
+    await registry.start()
+    try:
+        rows = {status.id: status for status in registry.statuses()}
+    finally:
+        await registry.close()
+    assert rows["hello"].state == "loaded"
+    for installed in ("docs", "ops-copilot"):  # the example bundles' entry points, installed but not named
+        assert rows[installed].state == "not_enabled"
+        assert rows[installed].source == f"entry_point:{installed}"
+        assert rows[installed].version == "1.0.0"
+        assert rows[installed].generation is None and rows[installed].tenants == ()
+
+
+def test_bundles_list_shows_installed_but_not_enabled_bundles(tmp_path: Path) -> None:
+    descriptors = tmp_path / "descriptors"
+    descriptors.mkdir()
+    (descriptors / "bundles.yaml").write_text(
+        "bundles:\n  hello:\n    source: {entry_point: hello}\ntenants:\n  default/default:\n    bundles: [hello]\n"
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "berth"), "bundles", "list", "--descriptors", str(descriptors)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line and not line.startswith("ID ")}
+    assert "installed (not enabled)" in rows["ops-copilot"]
+    assert "loaded" in rows["hello"]
+    assert "installed but not enabled: docs, ops-copilot" in result.stdout
