@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,10 @@ from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.config import ConfigError, Configuration
 from berth.config.environment import host_environment
 from berth.config.models.gateway import is_loopback_host
+from berth.default_plugins.models.anthropic import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
+from berth.host.models import resolve_model_secret
 from berth.logs import configure_logging
+from berth.models.protocol import resolve_api_key
 from berth.storage.meta import ConversationMeta
 from berth.storage.scope import ConversationScope
 
@@ -41,15 +45,13 @@ def check_model_credentials(config: Configuration) -> None:
     if model.provider != "anthropic":
         return
     try:
-        if model.api_key is not None:
-            config.secret_resolver.resolve_setting(model.api_key, "models.default.api_key")
-        else:
-            config.secret("anthropic_api_key")
+        secrets = partial(resolve_model_secret, config)
+        resolve_api_key(model, secrets, DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE)
     except ConfigError as exc:
         raise ConfigError(
             "model_key_missing",
-            f"the default model ({model.provider}:{model.model}) needs an API key, but {exc}. Set it (for example "
-            "export ANTHROPIC_API_KEY=… with 'anthropic_api_key: env:ANTHROPIC_API_KEY' in secrets.yaml), or "
+            f"the default model ({model.provider}:{model.model}) needs an API key, but {exc}. Set it (export "
+            "ANTHROPIC_API_KEY=…, or name it in secrets.yaml as anthropic_api_key), or "
             "try Berth without a key: berth run --demo (the scripted demo model)",
         ) from None
 

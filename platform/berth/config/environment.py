@@ -54,3 +54,15 @@ def platform_override_variables() -> dict[str, str]:
 def running_in_ci() -> bool:
     """Whether ``CI`` is set to a true value: test services that are missing then fail instead of skipping."""
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+SDK_VARIABLES = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"})
+"""The model SDKs' own variables Berth honours, after descriptors and ``BERTH_*`` settings (docs/models.md)."""
+
+
+def sdk_variable(name: str) -> str | None:
+    """The value of one of the SDKs' own variables (:data:`SDK_VARIABLES`), or None when unset or blank."""
+    if name not in SDK_VARIABLES:
+        raise ValueError(f"{name} is not an SDK variable Berth reads")
+    value = os.environ.get(name, "").strip()
+    return value or None

@@ -131,7 +131,8 @@ class FakeOpenAIServer(ScriptedServer[_Answer]):
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             return self._error(request, body, ChatError(400, "messages: field required"))
         prompt_tokens = _tokens(_prompt_text(body))
-        max_tokens = int(body.get("max_tokens") or 0)
+        # OpenAI's own API and vLLM take either field (OpenAI's reasoning models refuse max_tokens)
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
         if prompt_tokens + max_tokens > self._context_window:
             return self._error(
                 request,

@@ -46,13 +46,19 @@ class ModelPool:
         return provider
 
     def _secret(self, value: SecretSetting | str) -> Secret:
-        resolver = self._config.secret_resolver
-        if isinstance(value, SecretSetting):
-            return resolver.resolve_setting(value, "models.api_key")
-        return resolver.platform_secret(value)
+        return resolve_model_secret(self._config, value)
 
     async def aclose(self) -> None:
         """Close every provider built."""
         for provider in self._providers.values():
             await provider.aclose()
         self._providers.clear()
+
+
+def resolve_model_secret(config: Configuration, value: SecretSetting | str) -> Secret:
+    """The :data:`~berth.models.protocol.SecretLookup` model providers get: a model's ``api_key`` setting, or a
+    platform secret by name."""
+    resolver = config.secret_resolver
+    if isinstance(value, SecretSetting):
+        return resolver.resolve_setting(value, "models.api_key")
+    return resolver.platform_secret(value)

@@ -18,6 +18,8 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.config.environment import sdk_variable
+from berth.config.errors import ConfigError
 from berth.config.models.assembly import ModelRef
 from berth.config.models.common import SecretSetting
 from berth.config.secrets import Secret
@@ -161,6 +163,24 @@ class ModelProviderFactory(Protocol):
         ...
 
 
-def resolve_api_key(model_ref: ModelRef, secrets: SecretLookup, default_secret: str) -> Secret:
-    """Return the API key for ``model_ref``: its ``api_key`` setting, else the platform secret ``default_secret``."""
-    return secrets(model_ref.api_key if model_ref.api_key is not None else default_secret)
+def resolve_api_key(
+    model_ref: ModelRef, secrets: SecretLookup, default_secret: str, sdk_variable_name: str | None = None
+) -> Secret:
+    """Return the API key for ``model_ref``, first found of: its ``api_key`` setting; the platform secret
+    ``default_secret``; when that secret is not declared at all, the SDK's own environment variable
+    ``sdk_variable_name`` (as the official SDK would read it).
+
+    Raises :class:`~berth.config.errors.ConfigError` (``secret_unknown``, ``secret_missing``) naming every place
+    looked in, never a value.
+    """
+    if model_ref.api_key is not None:
+        return secrets(model_ref.api_key)
+    try:
+        return secrets(default_secret)
+    except ConfigError as exc:
+        if exc.code != "secret_unknown" or sdk_variable_name is None:
+            raise
+        value = sdk_variable(sdk_variable_name)
+        if value is None:
+            raise ConfigError("secret_unknown", f"{exc}, and {sdk_variable_name} is not set") from None
+        return Secret(sdk_variable_name, value)

@@ -92,6 +92,14 @@ class ModelRef(DescriptorModel):
     context_window: int | None = Field(None, gt=0)
     api_key: SecretSetting | None = Field(None, description="defaults to the provider's own secret name")
     base_url: str | None = None
+    output_limit_field: Literal["auto", "max_tokens", "max_completion_tokens"] = Field(
+        "auto",
+        description=(
+            "openai-compatible: the request field that carries the output limit; auto sends "
+            "max_completion_tokens to OpenAI's own API (its reasoning models refuse max_tokens) and max_tokens "
+            "to any other server (vLLM, llama.cpp, Ollama)"
+        ),
+    )
 
 
 DEFAULT_MODEL = ModelRef(

@@ -33,6 +33,7 @@ import httpx
 from anthropic.resources.messages import DEPRECATED_MODELS
 from anthropic.types import MessageParam, MetadataParam, RawMessageStreamEvent, TextBlockParam
 
+from berth.config.environment import sdk_variable
 from berth.config.models.assembly import ModelRef
 from berth.config.secrets import Secret
 from berth.hooks import hookimpl
@@ -61,6 +62,8 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_SECRET_NAME",
     "PROVIDER_NAME",
+    "SDK_BASE_URL_VARIABLE",
+    "SDK_KEY_VARIABLE",
     "AnthropicPrompt",
     "AnthropicProvider",
     "anthropic_prompt",
@@ -73,6 +76,10 @@ PROVIDER_NAME: Final = "anthropic"
 DEFAULT_SECRET_NAME: Final = "anthropic_api_key"
 """The platform secret read when a model reference names no ``api_key``."""
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+SDK_KEY_VARIABLE: Final = "ANTHROPIC_API_KEY"
+"""Read as the SDK would when neither the model nor ``secrets.yaml`` names a key."""
+SDK_BASE_URL_VARIABLE: Final = "ANTHROPIC_BASE_URL"
+"""Read as the SDK would when the model names no ``base_url``."""
 
 _STOP_REASONS: Final[dict[str, StopReason]] = {
     "end_turn": "end_turn",
@@ -230,16 +237,18 @@ class AnthropicProvider:
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._rand = rand
-        # base_url is always explicit so the SDK never falls back to ANTHROPIC_BASE_URL from the environment.
+        # base_url is always explicit: the configured one, else ANTHROPIC_BASE_URL (read by the config layer, as
+        # the SDK would), else Anthropic's API; the SDK never reads the environment behind the host's back.
+        self.base_url = model_ref.base_url or sdk_variable(SDK_BASE_URL_VARIABLE) or DEFAULT_BASE_URL
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key.reveal(),
-            base_url=model_ref.base_url or DEFAULT_BASE_URL,
+            base_url=self.base_url,
             max_retries=0,
             timeout=timeout_s,
         )
 
     def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model_ref.model!r}, base_url={self.model_ref.base_url!r})"
+        return f"AnthropicProvider(model={self.model_ref.model!r}, base_url={self.base_url!r})"
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one response (see :meth:`berth.models.protocol.ModelProvider.stream`)."""
@@ -277,7 +286,7 @@ class AnthropicProvider:
         except _CONNECTION_ERRORS as exc:
             raise TransientModelError(
                 "unavailable",
-                f"Anthropic at {self.model_ref.base_url or DEFAULT_BASE_URL} unreachable ({type(exc).__name__})",
+                f"Anthropic at {self.base_url} unreachable ({type(exc).__name__})",
             ) from None
         except anthropic.AnthropicError as exc:
             raise ModelProviderError("invalid_response", f"Anthropic response not understood: {exc}") from None
@@ -320,8 +329,12 @@ class AnthropicProvider:
 
 
 def create_anthropic_provider(model_ref: ModelRef, secrets: SecretLookup) -> AnthropicProvider:
-    """Build the provider for ``model_ref``; the key is ``model_ref.api_key`` or the secret ``anthropic_api_key``."""
-    return AnthropicProvider(model_ref, api_key=resolve_api_key(model_ref, secrets, DEFAULT_SECRET_NAME))
+    """Build the provider for ``model_ref``: the key is ``model_ref.api_key``, else the platform secret
+    ``anthropic_api_key``, else (when that secret is not declared) ``ANTHROPIC_API_KEY``; the base URL is
+    ``model_ref.base_url``, else ``ANTHROPIC_BASE_URL``, else Anthropic's API."""
+    return AnthropicProvider(
+        model_ref, api_key=resolve_api_key(model_ref, secrets, DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE)
+    )
 
 
 @hookimpl

@@ -169,6 +169,18 @@ def _usage(raw: Any) -> Usage | None:
     )
 
 
+OPENAI_API_HOST: Final = "api.openai.com"
+
+
+def output_limit_field(model_ref: ModelRef, base_url: str) -> str:
+    """The request field for the output limit: ``model_ref.output_limit_field``, or with ``auto``
+    ``max_completion_tokens`` for OpenAI's own API and ``max_tokens`` for every other server."""
+    if model_ref.output_limit_field != "auto":
+        return model_ref.output_limit_field
+    host = httpx.URL(base_url).host
+    return "max_completion_tokens" if host == OPENAI_API_HOST else "max_tokens"
+
+
 class OpenAICompatibleProvider:
     """A :class:`~berth.models.protocol.ModelProvider` over a chat-completions endpoint.
 
@@ -210,7 +222,7 @@ class OpenAICompatibleProvider:
             "messages": chat_messages(request.prompt),
             "stream": True,
             "stream_options": {"include_usage": True},
-            "max_tokens": request.output_limit(self.model_ref),
+            output_limit_field(self.model_ref, self._base_url): request.output_limit(self.model_ref),
         }
         if request.temperature is not None:
             body["temperature"] = request.temperature
