@@ -27,7 +27,7 @@ from berth.runtime.blocks import Author, Block, BlockType
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
 from berth.runtime.events import EventSink, TurnEvent
-from berth.runtime.mcp_tools import add_mcp_tools
+from berth.runtime.mcp_tools import add_mcp_tools, sync_mcp_tools
 from berth.runtime.memory import MemorySearch
 from berth.runtime.paths import RecordPath
 from berth.runtime.persistence import TurnRecorder, restore_conversation
@@ -299,6 +299,8 @@ class TurnRunner:
             compaction_failed = False
             for iteration in range(1, react.max_iterations + 1):
                 rounds = iteration
+                if generation.mcp is not None:  # servers that came back (or went down) since the last round
+                    state.notices.extend(sync_mcp_tools(toolbox, generation.mcp))
                 pruned = plan_pruning(
                     state.timeline,
                     now=self._clock(),

@@ -97,10 +97,7 @@ async def execute_tool_call(
         return [*blocks, notice_block(code, message)]
 
     if tool is None:
-        if tool_id in toolbox.inactive:
-            return await failed("tool_inactive", f"{tool_id} is inactive: {toolbox.inactive[tool_id]}")
-        known = ", ".join(sorted(toolbox.tools))
-        return await failed("unknown_tool", f"no tool {tool_id!r}; the catalog has: {known}")
+        return await failed(*toolbox.refusal(tool_id))
     try:
         validated = tool.params_model.model_validate(params)
     except ValidationError as exc:

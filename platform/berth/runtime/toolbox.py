@@ -95,6 +95,12 @@ class ToolBox:
 
     tools: dict[str, RuntimeTool] = field(default_factory=dict)
     inactive: dict[str, str] = field(default_factory=dict)
+    inactive_codes: dict[str, str] = field(default_factory=dict)
+    """The notice code of an inactive id (``mcp_server_unavailable`` …); ``tool_inactive`` when not named."""
+    unknown_codes: dict[str, str] = field(default_factory=dict)
+    """The notice code for an unknown id under a prefix (``mcp.`` → ``mcp_unknown_tool``); else ``unknown_tool``."""
+    allowed: tuple[str, ...] | None = None
+    """The allow-list :meth:`restrict` applied (None: every tool), kept for tools added later in the turn."""
 
     def add(self, tool: RuntimeTool) -> None:
         """Add ``tool``; a second tool with the same id is refused."""
@@ -106,7 +112,24 @@ class ToolBox:
         """Keep only the tools matching ``patterns`` (``docs.*``, ``react.read``); None keeps all."""
         if patterns is None:
             return
-        self.tools = {k: v for k, v in self.tools.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+        self.allowed = tuple(patterns)
+        self.tools = {k: v for k, v in self.tools.items() if self.allows(k)}
+
+    def allows(self, tool_id: str) -> bool:
+        """Whether the allow-list of :meth:`restrict` admits ``tool_id``."""
+        return self.allowed is None or any(fnmatch.fnmatchcase(tool_id, pattern) for pattern in self.allowed)
+
+    def refusal(self, tool_id: str) -> tuple[str, str]:
+        """Why ``tool_id`` cannot be called (it is not offered): a notice code and a message saying what is known.
+
+        An id listed inactive (exactly, or under an ``<prefix>.*`` entry) gets its own code; any other id is
+        unknown, with the code of its namespace.
+        """
+        for key, reason in self.inactive.items():
+            if key == tool_id or (key.endswith(".*") and tool_id.startswith(key[:-1])):
+                return self.inactive_codes.get(key, "tool_inactive"), f"{tool_id} is inactive: {reason}"
+        code = next((c for prefix, c in self.unknown_codes.items() if tool_id.startswith(prefix)), "unknown_tool")
+        return code, f"no tool {tool_id!r}; the catalog has: {', '.join(sorted(self.tools))}"
 
     def get(self, tool_id: str) -> RuntimeTool | None:
         """The tool with ``tool_id``, if offered."""

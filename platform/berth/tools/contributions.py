@@ -38,6 +38,8 @@ class McpServer(BaseModel):
     session: Literal["per_conversation", "shared", "per_call"] = "per_conversation"
     connect_timeout_s: float = Field(10.0, gt=0)
     call_timeout_s: float = Field(60.0, gt=0)
+    retry_after_s: float = Field(30.0, gt=0, description="first background retry of a server that is down")
+    retry_max_s: float = Field(600.0, gt=0, description="the longest wait between retries (the delay doubles)")
 
     @model_validator(mode="after")
     def _transport_needs(self) -> McpServer:

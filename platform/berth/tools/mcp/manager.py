@@ -4,8 +4,12 @@ A :class:`McpToolManager` is built from the generation's ``McpServer`` configs a
 lists every server's tools concurrently (each bounded by its own connect timeout) and offers them as
 ``mcp.<alias>.<tool>`` with the server's description and input schema, filtered by the config's allow-list;
 a server that sends ``notifications/tools/list_changed`` is listed again. A server that does not answer is
-marked unavailable with the reason: its tools are reported inactive, calls to it fail at once with
-``mcp_server_unavailable``, and it is tried again after ``retry_unavailable_after_s``.
+marked unavailable with the reason and the time it went down: its tools are reported inactive and calls to it
+fail at once with ``mcp_server_unavailable``, while a background task retries it (first after the server's
+``retry_after_s``, then doubling up to ``retry_max_s``) without blocking any turn. A session that is lost outside a
+call (the server process died, the HTTP peer went away) is re-listed at once on a new session; if that fails the
+server is unavailable and retried the same way. When a server answers again its tools are listed again and
+``on_change`` fires, so the runtime offers them from its next round.
 
 Sessions follow each server's ``session`` mode: ``shared`` (one session for the generation),
 ``per_conversation`` (one per conversation id; the session opened to list the tools is handed to the first
@@ -19,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types as types
@@ -37,7 +42,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TOOL_ID_PREFIX = "mcp."
-DEFAULT_RETRY_UNAVAILABLE_AFTER_S = 30.0
 
 ServerState = Literal["pending", "available", "unavailable"]
 
@@ -63,7 +67,8 @@ class McpTool:
 class McpServerStatus:
     """A server's state for ANNOUNCE: ``pending`` (not listed yet), ``available`` or ``unavailable``.
 
-    ``reason`` says why a server is unavailable; ``missing_tools`` names allow-listed tools it does not offer.
+    ``reason`` says why a server is unavailable, ``since`` when it went down (UTC) and ``next_retry_in_s`` when
+    the background retry tries it next; ``missing_tools`` names allow-listed tools it does not offer.
     """
 
     alias: str
@@ -71,6 +76,16 @@ class McpServerStatus:
     reason: str | None
     tools: tuple[McpTool, ...]
     missing_tools: tuple[str, ...] = ()
+    since: datetime | None = None
+    next_retry_in_s: float | None = None
+
+    def describe_unavailable(self) -> str:
+        """The reason with when the server went down and when it is retried (for ANNOUNCE's inactive tools)."""
+        reason = self.reason or f"MCP server {self.alias} is {self.state}"
+        if self.since is None:
+            return reason
+        retry = f"; retried in the background, next in {self.next_retry_in_s:.0f} s" if self.next_retry_in_s else ""
+        return f"{reason} (down since {self.since:%Y-%m-%d %H:%M:%S} UTC{retry})"
 
 
 @dataclass(eq=False)
@@ -81,6 +96,8 @@ class _Server:
     state: ServerState = "pending"
     reason: str | None = None
     retry_at: float = 0.0
+    retry_delay_s: float = 0.0
+    since: datetime | None = None
     listing: tuple[types.Tool, ...] | None = None
     shared: OwnedSession | None = None
     spare: OwnedSession | None = None
@@ -88,6 +105,7 @@ class _Server:
     load: asyncio.Task[None] | None = None
     refetch: asyncio.Task[None] | None = None
     refetch_again: bool = False
+    recovery: asyncio.Task[None] | None = None
 
     @property
     def alias(self) -> str:
@@ -104,7 +122,7 @@ class McpToolManager:
     :param secret: resolves ``secret:NAME`` / ``b:NAME`` values in env and headers, at connect time.
     :param connector: how sessions reach servers; :class:`TransportConnector` over ``secret`` by default.
     :param on_change: called with a server's alias whenever its tools or its availability change.
-    :param retry_unavailable_after_s: how long an unavailable server's calls fail fast before it is retried.
+    :param clock: the wall clock for ``since`` (UTC).
     """
 
     def __init__(
@@ -114,7 +132,7 @@ class McpToolManager:
         *,
         connector: McpConnector | None = None,
         on_change: Callable[[str], None] | None = None,
-        retry_unavailable_after_s: float = DEFAULT_RETRY_UNAVAILABLE_AFTER_S,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._servers: dict[str, _Server] = {}
         for config in servers:
@@ -123,7 +141,7 @@ class McpToolManager:
             self._servers[config.alias] = _Server(config)
         self._connector = connector or TransportConnector(secret)
         self._on_change = on_change
-        self._retry_after_s = retry_unavailable_after_s
+        self._clock = clock
         self._sessions: set[OwnedSession] = set()
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -190,6 +208,11 @@ class McpToolManager:
             except SessionLostError as lost:
                 self._forget(server, session)
                 if attempt == 2:
+                    logger.warning(
+                        "MCP server %s lost its session again during '%s' after a reconnect; giving up on this call",
+                        server.alias,
+                        name,
+                    )
                     raise McpToolError(
                         "mcp_session_lost",
                         f"{lost}; it was reconnected and the call retried once, and the connection was lost again. "
@@ -219,7 +242,12 @@ class McpToolManager:
     async def aclose(self) -> None:
         """Close every session and stop every background listing (the bundle generation was unloaded)."""
         self._closed = True
-        tasks = [task for server in self._servers.values() for task in (server.load, server.refetch) if task]
+        tasks = [
+            task
+            for server in self._servers.values()
+            for task in (server.load, server.refetch, server.recovery)
+            if task is not None
+        ]
         for task in tasks:
             task.cancel()
         for server in self._servers.values():
@@ -239,18 +267,44 @@ class McpToolManager:
         return server.load
 
     async def _load(self, server: _Server) -> None:
-        session = self._listing_session(server)
         try:
-            tools = await session.list_tools(timeout_s=server.config.connect_timeout_s)
+            tools = await self._list_tools(server)
         except (McpToolError, SessionLostError) as error:
-            self._forget(server, session)
             self._mark_unavailable(server, str(error))
             return
+        self._set_listing(server, tools)
+        self._mark_available(server)
+
+    async def _list_tools(self, server: _Server) -> list[types.Tool]:
+        """List the server's tools on its listing session (a failed session is dropped)."""
+        session = self._listing_session(server)
+        try:
+            return await session.list_tools(timeout_s=server.config.connect_timeout_s)
+        except (McpToolError, SessionLostError):
+            self._forget(server, session)
+            raise
         finally:
             if server.config.session == "per_call":
                 self._forget(server, session)
+
+    async def _probe_tools(self, server: _Server) -> list[types.Tool]:
+        """List the server's tools on a session of its own, closed afterwards (background re-listing never
+        touches the sessions calls use)."""
+        session = self._new_session(server, "probe")
+        try:
+            return await session.list_tools(timeout_s=server.config.connect_timeout_s)
+        finally:
+            self._forget(server, session)
+
+    async def _relist(self, server: _Server) -> None:
+        """Re-list a server whose session was lost while idle: still there (a new process), or down."""
+        try:
+            tools = await self._probe_tools(server)
+        except (McpToolError, SessionLostError) as error:
+            self._mark_unavailable(server, str(error))
+            return
         self._set_listing(server, tools)
-        self._mark_available(server)
+        self._notify(server)
 
     def _listing_session(self, server: _Server) -> OwnedSession:
         if server.config.session == "shared":
@@ -314,7 +368,13 @@ class McpToolManager:
         return session
 
     def _new_session(self, server: _Server, scope: str) -> OwnedSession:
-        session = OwnedSession(server.config, self._connector, scope=scope, on_tools_changed=self._tools_changed)
+        session = OwnedSession(
+            server.config,
+            self._connector,
+            scope=scope,
+            on_tools_changed=self._tools_changed,
+            on_lost=self._session_lost,
+        )
         self._sessions.add(session)
         return session
 
@@ -363,16 +423,74 @@ class McpToolManager:
             raise McpToolError("mcp_server_unavailable", server.reason or f"MCP server '{server.alias}' is unavailable")
 
     def _mark_unavailable(self, server: _Server, reason: str) -> None:
-        server.retry_at = asyncio.get_running_loop().time() + self._retry_after_s
-        changed = server.state != "unavailable" or server.reason != reason
+        newly = server.state != "unavailable"
+        if newly:
+            server.since = self._clock()
+            server.retry_delay_s = server.config.retry_after_s
+            logger.warning(
+                "MCP server %s is unavailable: %s; retrying in the background, first in %g s",
+                server.alias,
+                reason,
+                server.retry_delay_s,
+            )
+        server.retry_at = asyncio.get_running_loop().time() + server.retry_delay_s
+        changed = newly or server.reason != reason
         server.state, server.reason = "unavailable", reason
-        logger.warning("MCP server %s is unavailable: %s", server.alias, reason)
         if changed:
             self._notify(server)
+        self._ensure_recovery(server)
+
+    def _ensure_recovery(self, server: _Server) -> None:
+        if self._closed or (server.recovery is not None and not server.recovery.done()):
+            return
+        server.recovery = asyncio.create_task(self._recover(server), name=f"mcp recover {server.alias}")
+
+    async def _recover(self, server: _Server) -> None:
+        """Retry an unavailable server until it answers: list its tools on a new session, backing off."""
+        loop = asyncio.get_running_loop()
+        while self._still_down(server):
+            await asyncio.sleep(max(0.0, server.retry_at - loop.time()))
+            if not self._still_down(server):  # a call reached it meanwhile, or the manager closed
+                return
+            try:
+                tools = await self._probe_tools(server)
+            except (McpToolError, SessionLostError) as error:
+                server.retry_delay_s = min(server.retry_delay_s * 2, server.config.retry_max_s)
+                server.retry_at = loop.time() + server.retry_delay_s
+                server.reason = str(error)
+                logger.info(
+                    "MCP server %s is still unavailable (%s); next retry in %g s",
+                    server.alias,
+                    error,
+                    server.retry_delay_s,
+                )
+                continue
+            self._set_listing(server, tools)
+            logger.warning(
+                "MCP server %s is available again (down since %s); %d tool(s) listed",
+                server.alias,
+                f"{server.since:%H:%M:%S} UTC" if server.since else "?",
+                len(server.listing or ()),
+            )
+            self._mark_available(server)
+
+    def _still_down(self, server: _Server) -> bool:
+        return not self._closed and server.state == "unavailable"
+
+    def _session_lost(self, session: OwnedSession) -> None:
+        """A session ended without being closed: re-list the server at once on a new session."""
+        server = self._servers.get(session.alias)
+        if server is None or self._closed:
+            return
+        self._forget(server, session)
+        if server.state == "unavailable" or (server.refetch is not None and not server.refetch.done()):
+            return  # the background retry (or a re-listing) is already on it
+        server.refetch = asyncio.create_task(self._relist(server), name=f"mcp relist tools {server.alias}")
 
     def _mark_available(self, server: _Server) -> None:
         was = server.state
         server.state, server.reason = "available", None
+        server.since, server.retry_delay_s = None, 0.0
         if was != "available":
             self._notify(server)
             if server.listing is None and not self._closed:
@@ -400,7 +518,12 @@ class McpToolManager:
                 McpTool(f"{TOOL_ID_PREFIX}{server.alias}.{name}", server.alias, name, "", {"type": "object"}, False)
                 for name in server.config.tools
             ]
-        return McpServerStatus(server.alias, server.state, server.reason, tuple(tools), missing)
+        next_retry = None
+        if server.state == "unavailable":
+            next_retry = max(0.0, server.retry_at - asyncio.get_running_loop().time())
+        return McpServerStatus(
+            server.alias, server.state, server.reason, tuple(tools), missing, server.since, next_retry
+        )
 
 
 def _catalog_tool(alias: str, tool: types.Tool, active: bool) -> McpTool:

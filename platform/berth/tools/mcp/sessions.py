@@ -87,7 +87,8 @@ class OwnedSession:
 
     ``scope`` names what the session serves (``shared``, ``conversation <id>``, ``call``) in messages and task
     names. ``on_tools_changed`` is called (synchronously, from the owner task) when the server sends
-    ``notifications/tools/list_changed``.
+    ``notifications/tools/list_changed``; ``on_lost`` when an open session ends, idle, without being closed (a loss
+    under a request is that request's caller's to handle: it gets :class:`SessionLostError`).
     """
 
     def __init__(
@@ -97,12 +98,14 @@ class OwnedSession:
         *,
         scope: str = "shared",
         on_tools_changed: Callable[[OwnedSession], None] | None = None,
+        on_lost: Callable[[OwnedSession], None] | None = None,
     ) -> None:
         self.server = server
         self.scope = scope
         self.failure: McpToolError | None = None
         self._connector = connector
         self._on_tools_changed = on_tools_changed
+        self._on_lost = on_lost
         self._queue: asyncio.Queue[_Request | None] = asyncio.Queue()
         self._inflight: set[_Request] = set()
         self._opened: asyncio.Future[None] | None = None
@@ -110,6 +113,7 @@ class OwnedSession:
         self._life: anyio.CancelScope | None = None
         self._open = False
         self._lost = False
+        self._lost_under_request = False
         self._closing = False
 
     def __repr__(self) -> str:
@@ -234,6 +238,9 @@ class OwnedSession:
                 self._lost = True
             self._settle_opened(self._unusable_error())
             self._fail_pending()
+            idle_loss = self._open and self._lost and not self._lost_under_request and not self._closing
+            if idle_loss and self._on_lost is not None:
+                self._on_lost(self)
 
     async def _serve(self, client: Client, request: _Request) -> None:
         if request.future.done():  # the caller gave up while the request was queued
@@ -266,7 +273,7 @@ class OwnedSession:
 
     def _classify(self, exc: Exception, request: _Request) -> Exception:
         if _connection_lost(exc):
-            self._lost = True
+            self._lost = self._lost_under_request = True
             if self._life is not None:
                 self._life.cancel()
             return SessionLostError(f"MCP server '{self.alias}' closed the connection during {request.what}")
@@ -331,7 +338,7 @@ class OwnedSession:
     def _unusable_error(self, what: str = "the request") -> Exception:
         if self.failure is not None:
             return self.failure
-        if self._lost:
+        if self._lost or not self._closing:  # a teardown this session did not start is a lost connection
             return SessionLostError(f"MCP server '{self.alias}' closed the connection during {what}")
         return McpToolError("mcp_closed", f"the MCP session to '{self.alias}' ({self.scope}) was closed")
 

@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 import httpx2
+import mcp_types as types
 from mcp.client import Client
 from mcp.client._transport import TransportStreams
 from mcp.client.sse import sse_client
@@ -28,6 +29,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
 
+import berth
 from berth.config.errors import ConfigError
 from berth.tools.contributions import McpServer
 from berth.tools.mcp.errors import McpToolError
@@ -123,7 +125,9 @@ class TransportConnector:
                 transport = sse_client(server.url, headers=headers, timeout=server.connect_timeout_s)
             else:
                 transport = _streamable_http(server.url, headers, server.connect_timeout_s)
-        return Client(transport, mode="legacy", cache=None, message_handler=message_handler)
+        return Client(
+            transport, mode="legacy", cache=None, message_handler=message_handler, client_info=berth_client_info()
+        )
 
 
 class InProcessConnector:
@@ -137,7 +141,14 @@ class InProcessConnector:
         target = self._servers.get(server.alias)
         if target is None:
             raise McpToolError("mcp_server_unavailable", f"MCP server '{server.alias}' is not registered in-process")
-        return Client(target, mode="legacy", cache=None, message_handler=message_handler)
+        return Client(
+            target, mode="legacy", cache=None, message_handler=message_handler, client_info=berth_client_info()
+        )
+
+
+def berth_client_info() -> types.Implementation:
+    """How Berth announces itself in ``initialize`` (``clientInfo``): ``berth`` and its version."""
+    return types.Implementation(name="berth", title="Berth", version=berth.__version__)
 
 
 def guarded_command(command: str, args: list[str]) -> tuple[str, list[str]]:
