@@ -101,7 +101,9 @@ def exposed_tools(
 ) -> dict[str, ExposedTool]:
     """The tools ``generation`` offers in ``context``'s scope, by id: its functions and its packs' tools
     (a pack not installed on this host offers nothing; MCP servers the bundle consumes are not re-exported)."""
-    scoped = tools_in_scope(generation.bundle_id, generation.hooks.tools(context), context, tool_packs)
+    scoped = tools_in_scope(
+        generation.bundle_id, generation.hooks.tools(context), context, tool_packs, generation.loop.run
+    )
     return {tool_id: ExposedTool(tool_id, spec) for tool_id, spec in scoped.specs.items()}
 
 

@@ -17,6 +17,7 @@ from berth.bundle.info import AgentSpec, BundleInfo
 from berth.bundle.knowledge import KnowledgeDocument, KnowledgeSpace
 from berth.bundle.skills import Skill
 from berth.bundle.widgets import Widget
+from berth.host.bundle_loop import BundleLoop
 from berth.tools.catalog import ToolCatalog
 from berth.tools.mcp import McpToolManager
 
@@ -26,8 +27,9 @@ SourceKind = Literal["entry_point", "path"]
 class BundleHooks:
     """Typed calls into one generation's plugin manager (core code never calls hooks by string)."""
 
-    def __init__(self, manager: pluggy.PluginManager) -> None:
+    def __init__(self, manager: pluggy.PluginManager, loop: BundleLoop) -> None:
         self._hook = manager.hook
+        self._loop = loop
 
     def bundle(self) -> Any:
         """``berth_bundle()`` (firstresult)."""
@@ -59,19 +61,19 @@ class BundleHooks:
 
     async def on_load(self, ctx: BundleContext) -> None:
         """Await every ``berth_on_load(ctx)`` implementation (sync ones are simply called)."""
-        await _await_all(reversed(self._hook.berth_on_load(ctx=ctx)))
+        await _await_all(reversed(self._hook.berth_on_load(ctx=ctx)), self._loop)
 
     async def on_unload(self, ctx: BundleContext) -> None:
         """Await every ``berth_on_unload(ctx)`` implementation."""
-        await _await_all(reversed(self._hook.berth_on_unload(ctx=ctx)))
+        await _await_all(reversed(self._hook.berth_on_unload(ctx=ctx)), self._loop)
 
     async def before_turn(self, ctx: BundleContext, turn: object) -> None:
         """Await every ``berth_before_turn`` implementation; the first error vetoes the turn."""
-        await _await_all(reversed(self._hook.berth_before_turn(ctx=ctx, turn=turn)))
+        await _await_all(reversed(self._hook.berth_before_turn(ctx=ctx, turn=turn)), self._loop)
 
     async def after_turn(self, ctx: BundleContext, turn: object, result: object) -> None:
         """Await every ``berth_after_turn`` implementation."""
-        await _await_all(reversed(self._hook.berth_after_turn(ctx=ctx, turn=turn, result=result)))
+        await _await_all(reversed(self._hook.berth_after_turn(ctx=ctx, turn=turn, result=result)), self._loop)
 
 
 def new_bundle_manager(plugin: object, name: str) -> pluggy.PluginManager:
@@ -126,6 +128,8 @@ class BundleGeneration:
     knowledge: dict[str, KnowledgeIndex]
     widgets: dict[str, Widget]
     mcp: McpToolManager | None = None
+    loop: BundleLoop = field(default_factory=lambda: BundleLoop("a bundle"))
+    """Where the generation's coroutines run (its async tools and hooks), never the host's loop."""
     loaded_at: float = field(default_factory=time.time)
     users: int = 0
     retired: bool = False
@@ -134,7 +138,7 @@ class BundleGeneration:
     @property
     def hooks(self) -> BundleHooks:
         """Typed hook calls on this generation."""
-        return BundleHooks(self.manager)
+        return BundleHooks(self.manager, self.loop)
 
     def knowledge_documents(self, space: str) -> list[KnowledgeDocument]:
         """The documents of ``space``, re-indexed first if its inputs changed."""
@@ -155,7 +159,11 @@ def _flatten(results: Iterable[Any]) -> list[Any]:
     return flat
 
 
-async def _await_all(results: Iterable[Any]) -> None:
+async def _await_all(results: Iterable[Any], loop: BundleLoop) -> None:
+    """Await the hook results that are awaitable, in order; coroutines run on the generation's loop."""
     pending: list[Awaitable[Any]] = [result for result in results if inspect.isawaitable(result)]
     for awaitable in pending:
-        await asyncio.ensure_future(awaitable)
+        if inspect.iscoroutine(awaitable):
+            await loop.run(awaitable, what=f"hook {awaitable.__qualname__}")
+        else:
+            await asyncio.ensure_future(awaitable)

@@ -52,6 +52,18 @@ def bundle_entry_points() -> dict[str, EntryPoint]:
     return {point.name: point for point in entry_points(group=BUNDLE_GROUP)}
 
 
+def source_spec(
+    name: str, source: Path, *, package: bool, loader: BundleSourceLoader | None = None
+) -> importlib.machinery.ModuleSpec:
+    """The spec of module ``name`` compiled from ``source`` (a package's ``__init__.py`` when ``package``)."""
+    loader = loader or BundleSourceLoader(name, str(source))
+    spec = importlib.machinery.ModuleSpec(name, loader, origin=str(source))
+    spec.has_location = True
+    if package:
+        spec.submodule_search_locations = [str(source.parent)]
+    return spec
+
+
 def import_folder_bundle(bundle_id: str, generation: int, folder: Path, module: str | None) -> ImportedBundle:
     """Import the package at ``folder`` (or ``folder/<module>``) under its synthetic name."""
     package_dir = folder / module.replace(".", "/") if module else folder
@@ -62,15 +74,11 @@ def import_folder_bundle(bundle_id: str, generation: int, folder: Path, module: 
     _ensure_parent_packages(name)
     SiblingImportGuard.install().watch(bundle_id, package_dir)
     FolderBundleFinder.install()
-    spec = importlib.util.spec_from_file_location(
-        name, init, loader=BundleSourceLoader(name, str(init)), submodule_search_locations=[str(package_dir)]
-    )
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {package_dir}")
-    module_object = importlib.util.module_from_spec(spec)
+    loader = BundleSourceLoader(name, str(init))
+    module_object = importlib.util.module_from_spec(source_spec(name, init, package=True, loader=loader))
     sys.modules[name] = module_object
     try:
-        spec.loader.exec_module(module_object)
+        loader.exec_module(module_object)
     except BaseException:
         purge_modules(name)
         raise
@@ -157,17 +165,10 @@ class FolderBundleFinder(importlib.abc.MetaPathFinder):
         for folder in path:
             package_init = Path(folder) / leaf / "__init__.py"
             if package_init.is_file():
-                return importlib.util.spec_from_file_location(
-                    fullname,
-                    package_init,
-                    loader=BundleSourceLoader(fullname, str(package_init)),
-                    submodule_search_locations=[str(package_init.parent)],
-                )
+                return source_spec(fullname, package_init, package=True)
             module_file = Path(folder) / f"{leaf}.py"
             if module_file.is_file():
-                return importlib.util.spec_from_file_location(
-                    fullname, module_file, loader=BundleSourceLoader(fullname, str(module_file))
-                )
+                return source_spec(fullname, module_file, package=False)
         return None
 
 

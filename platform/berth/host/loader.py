@@ -23,6 +23,7 @@ from berth.bundle.skills import Skill, SkillError
 from berth.bundle.widgets import Widget
 from berth.config import Configuration, DescriptorError
 from berth.config.models.bundles import BundleEntry
+from berth.host.bundle_loop import BundleLoop
 from berth.host.errors import BundleLoadError, LoadError, load_error_from_exception
 from berth.host.generation import BundleGeneration, BundleHooks, KnowledgeIndex, new_bundle_manager
 from berth.host.importer import (
@@ -114,7 +115,33 @@ async def _validate(
         manager = new_bundle_manager(imported.plugin, f"{bundle_id}.g{number}")
     except (pluggy.PluginValidationError, ValueError) as exc:
         raise failure("bundle_hooks_invalid", exc, "hook implementations do not match berth's hookspecs") from None
-    hooks = BundleHooks(manager)
+    loop = BundleLoop(f"bundle {bundle_id} generation {number}")
+    try:
+        return await _validate_with(
+            bundle_id, number, entry, config, imported, known_tool_packs, load_timeout_s, manager, loop
+        )
+    except BaseException:
+        await loop.aclose()
+        raise
+
+
+async def _validate_with(
+    bundle_id: str,
+    number: int,
+    entry: BundleEntry,
+    config: Configuration,
+    imported: ImportedBundle,
+    known_tool_packs: Collection[str] | None,
+    load_timeout_s: float,
+    manager: pluggy.PluginManager,
+    loop: BundleLoop,
+) -> BundleGeneration:
+    roots = list(imported.roots)
+
+    def failure(code: str, exc: BaseException, context: str) -> BundleLoadError:
+        return BundleLoadError(load_error_from_exception(code, exc, roots, context))
+
+    hooks = BundleHooks(manager, loop)
     info = _call(lambda: hooks.bundle(), failure, "bundle_info_invalid", "berth_bundle()")
     if not isinstance(info, BundleInfo):
         raise BundleLoadError(
@@ -178,6 +205,7 @@ async def _validate(
         knowledge=knowledge,
         widgets=widgets,
         mcp=mcp,
+        loop=loop,
     )
 
 

@@ -311,6 +311,7 @@ class BundleRegistry:
             log.exception("berth_on_unload of bundle %s generation %d failed", generation.bundle_id, generation.number)
         if generation.mcp is not None:
             await generation.mcp.aclose()
+        await generation.loop.aclose()
         if generation.source_kind == "path":
             purge_modules(generation.package)
         log.info("bundle %s generation %d unloaded", generation.bundle_id, generation.number)

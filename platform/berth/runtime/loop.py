@@ -618,7 +618,9 @@ class TurnRunner:
         with_memory: bool,
     ) -> ToolBox:
         toolbox = ToolBox()
-        scoped = tools_in_scope(generation.bundle_id, generation.hooks.tools(context), context, self._tool_packs)
+        scoped = tools_in_scope(
+            generation.bundle_id, generation.hooks.tools(context), context, self._tool_packs, generation.loop.run
+        )
         for tool_id, spec in scoped.specs.items():
             toolbox.add(function_tool(tool_id, spec))
         toolbox.inactive.update(scoped.inactive)

@@ -65,7 +65,8 @@ class BundleHost:
         """Call one of the bundle's function tools as the runtime would (params validated)."""
         generation = self.generation(bundle_id)
         context = self.context(bundle_id, tenant, project)
-        spec = tools_in_scope(bundle_id, generation.hooks.tools(context), context, {}).specs.get(tool_id)
+        scoped = tools_in_scope(bundle_id, generation.hooks.tools(context), context, {}, generation.loop.run)
+        spec = scoped.specs.get(tool_id)
         if spec is None:
             raise KeyError(f"bundle '{bundle_id}' has no function tool '{tool_id}'")
         return self.run(spec.invoke(params or {}))

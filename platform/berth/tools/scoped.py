@@ -14,7 +14,7 @@ from berth.bundle.context import BundleContext
 from berth.tools.catalog import build_catalog
 from berth.tools.contributions import McpServer, merge_tool_contributions
 from berth.tools.packs import PackContext, ToolPackFactory
-from berth.tools.spec import ToolSpec
+from berth.tools.spec import CoroutineRunner, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,21 @@ class ScopedTools:
 
 
 def tools_in_scope(
-    bundle_id: str, contributions: Iterable[Any], context: BundleContext, tool_packs: Mapping[str, ToolPackFactory]
+    bundle_id: str,
+    contributions: Iterable[Any],
+    context: BundleContext,
+    tool_packs: Mapping[str, ToolPackFactory],
+    runner: CoroutineRunner | None = None,
 ) -> ScopedTools:
-    """Build the catalog from ``berth_tools`` results and instantiate its tool packs for ``context``'s scope."""
+    """Build the catalog from ``berth_tools`` results and instantiate its tool packs for ``context``'s scope.
+
+    ``runner`` runs the bundle's own async tools (its generation's loop); tool packs are host code and run on
+    the caller's loop.
+    """
     scoped = ScopedTools()
     for entry in build_catalog(bundle_id, merge_tool_contributions(contributions)):
         if entry.spec is not None:
-            scoped.specs[entry.tool_id] = entry.spec
+            scoped.specs[entry.tool_id] = entry.spec.running_on(runner) if runner is not None else entry.spec
         elif entry.server is not None:
             scoped.servers.append(entry.server)
         elif entry.pack is not None:

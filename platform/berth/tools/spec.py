@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast, get_type_hints, overload
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar, cast, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -29,6 +29,14 @@ TOOL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 _SPEC_ATTRIBUTE = "__berth_tool__"
 
 Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+class CoroutineRunner(Protocol):
+    """Runs a coroutine somewhere (another event loop) and awaits its result."""
+
+    def __call__(self, coroutine: Coroutine[Any, Any, Any], *, what: str = "") -> Awaitable[Any]:
+        """Run ``coroutine``; ``what`` names it in logs."""
+        ...
 
 
 class ToolDefinitionError(TypeError):
@@ -45,6 +53,9 @@ class ToolSpec:
     function: Callable[..., Any] = field(repr=False)
     read_only: bool = False
     timeout_s: float | None = None
+    runner: CoroutineRunner | None = field(default=None, repr=False, compare=False)
+    """Where an async function's coroutine runs: a bundle generation's own loop (see
+    :class:`~berth.host.bundle_loop.BundleLoop`); None runs it on the caller's loop (the host's own tools)."""
 
     @property
     def is_async(self) -> bool:
@@ -82,8 +93,13 @@ class ToolSpec:
         """
         arguments = {name: getattr(validated, name) for name in self.params_model.model_fields}
         if self.is_async:
-            return cast(Callable[..., Awaitable[Any]], self.function)(**arguments)
+            coroutine = cast(Callable[..., Coroutine[Any, Any, Any]], self.function)(**arguments)
+            return self.runner(coroutine, what=f"tool '{self.name}'") if self.runner is not None else coroutine
         return asyncio.to_thread(self.function, **arguments)
+
+    def running_on(self, runner: CoroutineRunner) -> ToolSpec:
+        """This spec with its coroutines run by ``runner``."""
+        return replace(self, runner=runner)
 
 
 @overload

@@ -1,17 +1,36 @@
 """A bundle whose ``gate.hold`` tool waits until the test opens the gate: turns that stay running on demand.
 
-The bundle runs in the test's process and event loop (the API stack is in-process), so its tool and the
-test share :func:`gate` through this module.
+The bundle runs in the test's process (the API stack is in-process), so its tool and the test share :func:`gate`
+through this module. The tool runs on its generation's own event loop and the test on another, so the gate is a
+thread-safe flag that the tool polls (an ``asyncio.Event`` belongs to one loop).
 """
 
 from __future__ import annotations
 
 import asyncio
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
-_gate: asyncio.Event | None = None
+
+class Gate:
+    """Opened from any thread or loop; waited on, cancellably, from any loop."""
+
+    def __init__(self) -> None:
+        self._opened = threading.Event()
+
+    def set(self) -> None:
+        """Open the gate."""
+        self._opened.set()
+
+    async def wait(self) -> None:
+        """Return once the gate is open (polled: a cancelled wait leaves no thread behind)."""
+        while not self._opened.is_set():  # noqa: ASYNC110 - an asyncio.Event belongs to one loop; this is cross-loop
+            await asyncio.sleep(0.005)
+
+
+_gate: Gate | None = None
 
 BUNDLE_SOURCE = '''
 import gate_bundle
@@ -40,18 +59,18 @@ HOLD = '<channel:action>{"action": "call_tool", "tool_call": {"tool_id": "gate.h
 ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>done</channel:answer>'
 
 
-def gate() -> asyncio.Event:
+def gate() -> Gate:
     """The gate of the running test."""
     global _gate
     if _gate is None:
-        _gate = asyncio.Event()
+        _gate = Gate()
     return _gate
 
 
 def close_gate() -> None:
-    """Start a test with a new, closed gate (an event of the test's own loop)."""
+    """Start a test with a new, closed gate."""
     global _gate
-    _gate = asyncio.Event()
+    _gate = Gate()
 
 
 def open_gate() -> None:
