@@ -10,6 +10,7 @@ import click
 from berth.cli.bundles import bundles_group, worker
 from berth.cli.descriptors import descriptors_group
 from berth.cli.errors import run_guarded
+from berth.cli.execution import exec_group
 from berth.cli.plugins import plugins_group
 from berth.cli.serve import chat, run
 
@@ -23,6 +24,7 @@ def cli() -> None:
 cli.add_command(descriptors_group)
 cli.add_command(bundles_group)
 cli.add_command(plugins_group)
+cli.add_command(exec_group)
 cli.add_command(worker)
 cli.add_command(run)
 cli.add_command(chat)

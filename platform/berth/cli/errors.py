@@ -30,7 +30,11 @@ def run_guarded(command: click.Command, argv: list[str] | None) -> int:
     (redacted) message only.
     """
     try:
-        command.main(args=argv, standalone_mode=False)
+        # without standalone mode, click answers a raised Exit(code) by returning its code
+        returned = command.main(args=argv, standalone_mode=False)
+        if isinstance(returned, int) and returned != EXIT_OK:
+            sys.stdout.flush()
+            return returned
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:

@@ -48,15 +48,17 @@ from berth.runtime.timeline import Timeline
 from berth.runtime.tool_calls import execute_tool_call
 from berth.runtime.toolbox import RuntimeTool, ToolBox, function_tool, system_message
 from berth.runtime.tools import react_tools
+from berth.runtime.tools.execution import TOOL_ID, exec_tool
 from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace
 from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnUsage
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, StreamEvent, render_citations
 from berth.tools.packs import ToolPackFactory
-from berth.tools.scoped import tools_in_scope
+from berth.tools.scoped import EXEC_PACK, tools_in_scope
 
 if TYPE_CHECKING:
+    from berth.execution.profiles import Execution
     from berth.host.generation import BundleGeneration
 
 log = logging.getLogger(__name__)
@@ -125,8 +127,10 @@ class TurnRunner:
         clock: Callable[[], datetime] = utc_now,
         result_preview_chars: int = RESULT_PREVIEW_CHARS,
         resident_conversations: int = DEFAULT_RESIDENT_CONVERSATIONS,
+        execution: Execution | None = None,
     ) -> None:
         self._store = store
+        self._execution = execution
         self._resident = ResidentConversations(resident_conversations)
         self._models = models
         self._tool_packs = dict(tool_packs or {})
@@ -628,6 +632,12 @@ class TurnRunner:
             await add_mcp_tools(toolbox, generation.mcp)
         for tool in react_tools(bundle, with_memory=with_memory):
             toolbox.add(tool)
+        exec_options = scoped.runtime_packs.get(EXEC_PACK)
+        if exec_options is not None:
+            if self._execution is None:
+                toolbox.inactive[TOOL_ID] = "isolated execution is not enabled on this host"
+            else:
+                toolbox.add(exec_tool(self._execution, context.settings.exec, exec_options, toolbox, scoped.specs))
         toolbox.restrict(allowed)
         return toolbox
 

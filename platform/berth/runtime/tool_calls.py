@@ -104,6 +104,7 @@ async def execute_tool_call(
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in exc.errors())
         return await failed("tool_params_invalid", f"params of {tool_id} do not match its schema: {problems}")
     state.current_call_id = call_id
+    state.current_code = decision.code
     state.pending_blocks.clear()
     try:
         run = tool.run(validated, state)

@@ -47,6 +47,8 @@ class TurnState:
     pruned_turns: frozenset[str] = frozenset()
     notices: list[str] = field(default_factory=list)
     current_call_id: str | None = None
+    current_code: str | None = None
+    """The ``code`` channel of the decision whose tool call runs now (``exec.python`` runs it)."""
     pending_blocks: list[Block] = field(default_factory=list)
     _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _plan_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

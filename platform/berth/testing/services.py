@@ -1,4 +1,5 @@
-"""Service markers for tests that need a real service: ``postgres``, ``redis``, ``docker``, ``browser``, ``aws``.
+"""Service markers for tests that need a real service: ``postgres``, ``redis``, ``docker``, ``browser``, ``aws``,
+``sandbox``.
 
 A test marked with one runs when the service answers. When it does not, the test is skipped with the reason,
 or fails under ``CI=true``, where a missing service is a broken CI set-up rather than a reason to skip. Any
@@ -12,6 +13,7 @@ third-party plugins alike)::
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import socket
 from collections.abc import Callable
@@ -60,12 +62,20 @@ def moto_available() -> bool:
     return importlib.util.find_spec("moto") is not None
 
 
+def sandbox_available() -> bool:
+    """Whether bubblewrap can build a sandbox here and the host runs as root (to give the executor its own uid)."""
+    from berth.default_plugins.exec.local import bwrap_works
+
+    return os.geteuid() == 0 and bwrap_works() and Path("/usr/bin/python3").is_file()
+
+
 SERVICE_MARKERS: tuple[ServiceMarker, ...] = (
     ServiceMarker("postgres", "PostgreSQL on 127.0.0.1:5432", port_open(5432)),
     ServiceMarker("redis", "Redis on 127.0.0.1:6379", port_open(6379)),
     ServiceMarker("docker", "a Docker engine (/var/run/docker.sock)", docker_available),
     ServiceMarker("browser", "headless Chromium on PATH", chromium_available),
     ServiceMarker("aws", "moto's server (S3/ECS/Secrets Manager) on 127.0.0.1", moto_available),
+    ServiceMarker("sandbox", "bubblewrap, root and /usr/bin/python3 (the local exec sandbox)", sandbox_available),
 )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from berth.tools.contributions import BundleTools, McpServer, ToolPack
+from berth.tools.packs import RUNTIME_PACKS
 from berth.tools.spec import ToolSpec, tool_spec_of
 
 RESERVED_NAMESPACES = frozenset({"react", "mcp"})
@@ -80,7 +81,7 @@ def build_catalog(bundle_id: str, contribution: Any, known_packs: Collection[str
         if spec is not None:
             add(CatalogEntry(f"{alias}.{spec.name}", "function", spec=spec), spec.location)
         elif isinstance(item, ToolPack):
-            if known_packs is not None and item.id not in known_packs:
+            if known_packs is not None and item.id not in known_packs and item.id not in RUNTIME_PACKS:
                 known = ", ".join(sorted(known_packs)) or "none installed"
                 problems.append(f"unknown tool pack '{item.id}' (known: {known})")
             add(CatalogEntry(item.id, "pack", pack=item), f"tool pack '{item.id}'")

@@ -39,3 +39,8 @@ class PackTools:
 
 
 ToolPackFactory = Callable[[PackContext], PackTools]
+
+EXEC_PACK = "exec"
+RUNTIME_PACKS = frozenset({EXEC_PACK})
+"""Packs the runtime provides itself, because their tools need the running turn (``exec``: ``exec.python``
+runs the ``code`` channel's program). No plugin registers them; a bundle enables them like any pack."""

@@ -13,17 +13,21 @@ from typing import Any
 from berth.bundle.context import BundleContext
 from berth.tools.catalog import build_catalog
 from berth.tools.contributions import McpServer, merge_tool_contributions
-from berth.tools.packs import PackContext, ToolPackFactory
+from berth.tools.packs import EXEC_PACK, RUNTIME_PACKS, PackContext, ToolPackFactory
 from berth.tools.spec import CoroutineRunner, ToolSpec
+
+__all__ = ["EXEC_PACK", "ScopedTools", "tools_in_scope"]
 
 
 @dataclass(frozen=True)
 class ScopedTools:
-    """Tool specs by id, tools listed as inactive (id → reason), and the MCP servers the bundle consumes."""
+    """Tool specs by id, tools listed as inactive (id → reason), the MCP servers the bundle consumes, and the
+    options of the runtime packs it enables."""
 
     specs: dict[str, ToolSpec] = field(default_factory=dict)
     inactive: dict[str, str] = field(default_factory=dict)
     servers: list[McpServer] = field(default_factory=list)
+    runtime_packs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def tools_in_scope(
@@ -44,6 +48,8 @@ def tools_in_scope(
             scoped.specs[entry.tool_id] = entry.spec.running_on(runner) if runner is not None else entry.spec
         elif entry.server is not None:
             scoped.servers.append(entry.server)
+        elif entry.pack is not None and entry.pack.id in RUNTIME_PACKS:
+            scoped.runtime_packs[entry.pack.id] = dict(entry.pack.options)
         elif entry.pack is not None:
             factory = tool_packs.get(entry.pack.id)
             if factory is None:

@@ -1,0 +1,154 @@
+"""``berth exec run`` and ``berth exec doctor``: isolated execution from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from berth.cli.table import print_table
+from berth.config import Configuration
+from berth.execution.dispatch import ScopedToolDispatch
+from berth.execution.profiles import ExecProfileError, Execution
+from berth.host.plugins import PlatformPlugins
+
+
+@click.group("exec")
+def exec_group() -> None:
+    """Run programs in the isolated executor; check what isolation this machine gives."""
+
+
+def _execution(plugins: PlatformPlugins) -> Execution:
+    return Execution(plugins.exec_backends())
+
+
+@exec_group.command("run")
+@click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--descriptors", type=click.Path(file_okay=False, path_type=Path), help="descriptor folder")
+@click.option("--profile", help="exec profile (default: platform.exec.default_profile)")
+@click.option("--bundle", "bundle_id", help="serve this bundle's tools to the program")
+@click.option("--tenant", help="the tenant whose settings, props and secrets the bundle's tools see")
+@click.option("--project", help="the project (with --tenant)")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("exec-out"),
+    show_default=True,
+    help="where to keep the files the program writes under OUTPUT_DIR (and the program itself)",
+)
+def run_program(
+    program: Path,
+    descriptors: Path | None,
+    profile: str | None,
+    bundle_id: str | None,
+    tenant: str | None,
+    project: str | None,
+    out_dir: Path,
+) -> None:
+    """Run PROGRAM (a Python file) in the sandbox of an exec profile and print the result envelope as JSON.
+
+    Exits 0 when the program succeeded, 1 otherwise (the envelope says why).
+    """
+    if (tenant is None) != (project is None):
+        raise click.UsageError("--tenant and --project go together")
+    if bundle_id is not None and tenant is None:
+        raise click.UsageError("--bundle needs --tenant and --project: its tools run in that scope")
+    plugins = PlatformPlugins.discover()
+    config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
+    settings = config.settings_for(tenant, project)
+    execution = _execution(plugins)
+    chosen = profile or settings.exec.default_profile
+    try:
+        backend, limits = execution.backend(settings.exec, chosen)
+    except ExecProfileError as error:
+        raise click.ClickException(f"[{error.code}] {error.message}") from None
+    code = program.read_text(encoding="utf-8")
+    store = _keeper(out_dir)
+    envelope = asyncio.run(_run(config, plugins, execution, code, backend, limits, bundle_id, tenant, project, store))
+    click.echo(json.dumps(envelope, indent=2))
+    if not envelope["ok"]:
+        raise click.exceptions.Exit(1)
+
+
+async def _run(
+    config: Configuration,
+    plugins: PlatformPlugins,
+    execution: Execution,
+    code: str,
+    backend: Any,
+    limits: Any,
+    bundle_id: str | None,
+    tenant: str | None,
+    project: str | None,
+    store: Callable[[str, bytes], str],
+) -> dict[str, Any]:
+    if bundle_id is None or tenant is None or project is None:
+        run = await execution.service.run(code, backend=backend, limits=limits, bundle_id="-", store=store)
+        return run.envelope.to_json()
+    from berth.host.registry import BundleRegistry
+    from berth.tools.scoped import tools_in_scope
+
+    registry = BundleRegistry(config, known_tool_packs=set(plugins.tool_packs()))
+    outcomes = await registry.start()
+    failed = [outcome for outcome in outcomes if outcome.bundle_id == bundle_id and not outcome.ok]
+    if failed:
+        raise click.ClickException(f"bundle '{bundle_id}' failed to load: {failed[0].error}")
+    try:
+        async with registry.use(bundle_id) as generation:
+            context = registry.context_for(generation, tenant, project)
+            scoped = tools_in_scope(
+                bundle_id, generation.hooks.tools(context), context, plugins.tool_packs(), generation.loop.run
+            )
+            run = await execution.service.run(
+                code,
+                backend=backend,
+                limits=limits,
+                bundle_id=bundle_id,
+                dispatch=ScopedToolDispatch(scoped.specs),
+                store=store,
+            )
+            return run.envelope.to_json()
+    finally:
+        await registry.close()
+
+
+def _keeper(out_dir: Path) -> Callable[[str, bytes], str]:
+    """Keep each output file under ``out_dir`` (relative paths only: the service collected them safely)."""
+
+    def keep(relative: str, data: bytes) -> str:
+        target = out_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return str(target)
+
+    return keep
+
+
+@exec_group.command("doctor")
+@click.option("--descriptors", type=click.Path(file_okay=False, path_type=Path), help="descriptor folder")
+def doctor(descriptors: Path | None) -> None:
+    """Say for every configured exec profile which isolation this machine really gives, and what is missing."""
+    plugins = PlatformPlugins.discover()
+    config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
+    execution = _execution(plugins)
+    exec_config = config.settings_for().exec
+    rows = [["PROFILE", "BACKEND", "CHECK", "OK", "DETAIL"]]
+    missing = 0
+    for name in sorted(exec_config.profiles):
+        backend_name = exec_config.profiles[name].backend
+        try:
+            backend, _ = execution.backend(exec_config, name)
+        except ExecProfileError as error:
+            rows.append([name, backend_name, "backend installed", "no", error.message])
+            missing += 1
+            continue
+        for finding in backend.doctor():
+            rows.append([name, backend_name, finding.check, "yes" if finding.ok else "no", finding.detail])
+            missing += 0 if finding.ok else 1
+    print_table(rows)
+    click.echo(f"{missing} check(s) not met" if missing else "every check is met", err=True)

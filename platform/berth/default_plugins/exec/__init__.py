@@ -1,0 +1,1 @@
+"""Built-in exec backends: ``local`` (bubblewrap, or ``unshare`` + setuid, on the host)."""

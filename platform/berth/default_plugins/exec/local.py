@@ -1,0 +1,257 @@
+"""The ``local`` exec backend: the executor runs on this host in a bubblewrap sandbox.
+
+Isolation, strongest available first (``isolation`` of the profile; ``auto`` picks the first that works):
+
+* ``bwrap``: the process drops to an unprivileged uid/gid of its own (no supplementary groups) and then starts
+  bubblewrap, so the kernel uid really is unprivileged and bwrap builds an unprivileged user namespace: new
+  private network (only ``lo``), pid, ipc, uts and cgroup namespaces; a root made of read-only binds of ``/usr``
+  (plus the merged-usr links), the program folder read-only, ``work/`` and ``out/`` writable, the supervisor's
+  socket folder, a fresh ``/proc`` and ``/dev`` with a private ``/dev/shm`` bounded to ``shared_memory_mb`` (for
+  multiprocessing's semaphores; it vanishes with the run); no ``/tmp``, no ``/etc``, no home, nothing of the host's
+  environment (``--clearenv``). ``--die-with-parent`` and the pid namespace end every process of the run when
+  it is killed.
+* ``unshare``: when bubblewrap is missing, ``unshare --net --pid --fork --mount-proc`` with the same uid drop:
+  no network and a private ``/proc``, but the host's file system stays visible (read-only where the uid lacks
+  rights). Weaker, and ``berth exec doctor`` says so.
+* ``none``: a plain subprocess with the uid drop and the limits, only when a profile asks for it explicitly;
+  the host warns at start-up.
+
+Limits are rlimits the executor bootstrap sets on itself (address space, CPU seconds, processes, file size);
+the wall-time limit is the host's: it kills the process group. Every concurrent run gets a uid of its own from
+a pool, because RLIMIT_NPROC counts all processes of a uid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import berth_exec
+from berth.execution.limits import MIB
+from berth.execution.sandbox import (
+    PROGRAM_NAME,
+    SANDBOX_OUTPUT_DIR,
+    SANDBOX_PACKAGE_DIR,
+    SANDBOX_PROGRAM_DIR,
+    SANDBOX_SOCKET_DIR,
+    SANDBOX_WORKDIR,
+    SOCKET_NAME,
+    DoctorFinding,
+    SandboxOutcome,
+    SandboxRequest,
+)
+from berth.hooks import hookimpl
+
+logger = logging.getLogger(__name__)
+
+BACKEND_NAME: Final = "local"
+Isolation = Literal["auto", "bwrap", "unshare", "none"]
+BOOTSTRAP: Final = (
+    f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
+)
+USR_LINKS: Final = ("bin", "sbin", "lib", "lib64")
+"""Top-level folders that are links into ``/usr`` on a merged-usr system."""
+
+
+def package_folder() -> Path:
+    """The folder of the ``berth_exec`` package on this host (bound read-only into the sandbox)."""
+    return Path(berth_exec.__file__).resolve().parent
+
+
+class LocalBackend:
+    """Runs programs on this host under bubblewrap (or the fallbacks above)."""
+
+    name = BACKEND_NAME
+
+    def __init__(self, *, isolation: Isolation = "auto", python: str = "/usr/bin/python3") -> None:
+        self.requested = isolation
+        self.python = python
+
+    @classmethod
+    def from_profile(cls, profile: Mapping[str, Any]) -> LocalBackend:
+        """Build from a ``local`` profile's options (``isolation``, ``python``)."""
+        return cls(isolation=profile.get("isolation", "auto"), python=profile.get("python", "/usr/bin/python3"))
+
+    @property
+    def isolation(self) -> str:
+        """The isolation runs really get here: the requested one, or for ``auto`` the strongest available."""
+        if self.requested != "auto":
+            return self.requested
+        return "bwrap" if bwrap_works() else "unshare"
+
+    async def run(self, request: SandboxRequest) -> SandboxOutcome:
+        """Run the program; on timeout kill its process group (the sandbox's pid namespace goes with it)."""
+        isolation = self.isolation
+        argv, env = self.command(request, isolation)
+        return await asyncio.to_thread(self._run_blocking, request, argv, env, isolation)
+
+    def command(self, request: SandboxRequest, isolation: str) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment that start the executor with ``isolation``."""
+        folder = request.folder
+        visible = {
+            "WORKDIR": SANDBOX_WORKDIR,
+            "OUTPUT_DIR": SANDBOX_OUTPUT_DIR,
+            "EXECUTION_ID": request.exec_id,
+            "BUNDLE_ID": request.bundle_id,
+        }
+        if request.with_supervisor:
+            visible["SUPERVISOR_SOCKET_PATH"] = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}"
+        python = [self.python, "-I", "-B", "-c", BOOTSTRAP]
+        if isolation == "bwrap":
+            argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+            argv += [*system_root_arguments(), "--proc", "/proc", "--dev", "/dev"]
+            argv += ["--size", str(request.limits.shared_memory_mb * MIB), "--tmpfs", "/dev/shm"]  # noqa: S108 - the sandbox's own
+            argv += ["--ro-bind", str(package_folder()), f"{SANDBOX_PACKAGE_DIR}/berth_exec"]
+            argv += ["--ro-bind", str(folder.program.parent), SANDBOX_PROGRAM_DIR]
+            argv += ["--bind", str(folder.work), SANDBOX_WORKDIR, "--bind", str(folder.out), SANDBOX_OUTPUT_DIR]
+            if request.with_supervisor:
+                argv += ["--bind", str(folder.socket_dir), SANDBOX_SOCKET_DIR]
+            argv += ["--remount-ro", "/"]
+            for key, value in visible.items():
+                argv += ["--setenv", key, value]
+            argv += ["--chdir", SANDBOX_WORKDIR, "--", *python]
+            return argv, {}
+        # unshare and none see the host's paths: point the variables at the real folders.
+        visible.update(WORKDIR=str(folder.work), OUTPUT_DIR=str(folder.out))
+        if request.with_supervisor:
+            visible["SUPERVISOR_SOCKET_PATH"] = str(folder.socket)
+        bootstrap = BOOTSTRAP.replace(repr(SANDBOX_PACKAGE_DIR), repr(str(package_folder().parent)))
+        python = [self.python, "-I", "-B", "-c", bootstrap]
+        if isolation == "unshare":
+            unshare = ["unshare", "--user", "--net", "--pid", "--ipc", "--uts", "--mount", "--fork", "--mount-proc"]
+            return [*unshare, "--kill-child", "--", *python], visible
+        return python, visible
+
+    def _run_blocking(
+        self, request: SandboxRequest, argv: list[str], env: dict[str, str], isolation: str
+    ) -> SandboxOutcome:
+        folder = request.folder
+        launch = {
+            "token": request.token,
+            "program": f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}" if isolation == "bwrap" else str(folder.program),
+            "limits": request.limits.launch_limits(),
+        }
+        started = time.monotonic()
+        with open(folder.logs / "stdout", "wb") as stdout, open(folder.logs / "stderr", "wb") as stderr:
+            try:
+                process = subprocess.Popen(  # noqa: S603 - argv is built here, the program is a file
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=env,
+                    cwd=folder.work,
+                    user=request.uid,
+                    group=request.gid,
+                    extra_groups=[],
+                    process_group=0,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                return SandboxOutcome(None, None, False, 0.0, isolation, failure=f"{argv[0]}: {exc}")
+            assert process.stdin is not None
+            try:
+                process.stdin.write((_json_line(launch)).encode())
+                process.stdin.close()
+            except BrokenPipeError:
+                pass
+            timed_out = False
+            try:
+                returncode = process.wait(timeout=request.limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(process)
+                returncode = process.wait()
+        duration = time.monotonic() - started
+        exit_code, killed_by = _decode_status(returncode)
+        return SandboxOutcome(exit_code, killed_by, timed_out, duration, isolation)
+
+    def doctor(self) -> list[DoctorFinding]:
+        """Whether bubblewrap runs here, and which isolation ``auto`` therefore gives."""
+        findings = [
+            DoctorFinding("running as root", os.geteuid() == 0, "needed to switch the executor to its own uid"),
+            DoctorFinding("bubblewrap installed", shutil.which("bwrap") is not None, "apt-get install bubblewrap"),
+        ]
+        if shutil.which("bwrap"):
+            findings.append(
+                DoctorFinding(
+                    "bubblewrap sandbox starts", bwrap_works(), "unprivileged user namespaces must be allowed"
+                )
+            )
+        findings.append(DoctorFinding("python in the sandbox", Path(self.python).is_file(), self.python))
+        findings.append(
+            DoctorFinding(
+                "isolation",
+                self.isolation == "bwrap",
+                f"{self.isolation} (requested {self.requested})"
+                + ("" if self.isolation == "bwrap" else ": the host's file system stays visible to the program"),
+            )
+        )
+        return findings
+
+
+def system_root_arguments() -> list[str]:
+    """bwrap arguments for a root holding only ``/usr`` (read-only) and the merged-usr links into it."""
+    arguments = ["--ro-bind", "/usr", "/usr"]
+    for link in USR_LINKS:
+        if Path(f"/{link}").is_symlink():
+            arguments += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+        elif Path(f"/{link}").is_dir():
+            arguments += ["--ro-bind", f"/{link}", f"/{link}"]
+    return arguments
+
+
+_bwrap_state: dict[str, bool] = {}
+_bwrap_lock = threading.Lock()
+
+
+def bwrap_works() -> bool:
+    """Whether ``bwrap`` is installed and can build a sandbox here (checked once per process)."""
+    with _bwrap_lock:
+        if "works" not in _bwrap_state:
+            path = shutil.which("bwrap")
+            ok = False
+            if path:
+                probe = [path, "--unshare-all", *system_root_arguments(), "--die-with-parent", "/usr/bin/true"]
+                try:
+                    done = subprocess.run(probe, capture_output=True, timeout=10, check=False)  # noqa: S603
+                    ok = done.returncode == 0
+                except (OSError, subprocess.TimeoutExpired):
+                    ok = False
+            _bwrap_state["works"] = ok
+        return _bwrap_state["works"]
+
+
+def _json_line(document: dict[str, Any]) -> str:
+    return json.dumps(document) + "\n"
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _decode_status(returncode: int) -> tuple[int | None, int | None]:
+    """``(exit code, signal)``: a negative code is a signal; bwrap reports its child's signal as 128 + n."""
+    if returncode < 0:
+        return None, -returncode
+    if returncode > 128 and returncode - 128 in signal.Signals._value2member_map_:
+        return returncode, returncode - 128
+    return returncode, None
+
+
+@hookimpl
+def berth_exec_backends() -> dict[str, Any]:
+    """Register ``local``."""
+    return {BACKEND_NAME: LocalBackend.from_profile}

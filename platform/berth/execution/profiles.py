@@ -1,0 +1,66 @@
+"""Exec profiles (``platform.exec.profiles`` of ``assembly.yaml``) turned into a backend and limits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth.config.models.assembly import ExecConfig
+from berth.execution.limits import ExecLimits
+from berth.execution.runs import ExecService
+from berth.execution.sandbox import ExecBackend
+
+ExecBackendFactory = Callable[[Mapping[str, Any]], ExecBackend]
+"""What a plugin's ``berth_exec_backends()`` maps each backend name to: profile options → backend."""
+
+
+class ExecProfileError(Exception):
+    """A profile that cannot be used here: unknown, not allowed to the bundle, or its backend is not installed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Execution:
+    """The host's isolated execution: the run service and the installed backends, by name."""
+
+    backends: Mapping[str, ExecBackendFactory]
+    service: ExecService = field(default_factory=ExecService)
+    _built: dict[str, ExecBackend] = field(default_factory=dict, repr=False)
+
+    def backend(self, config: ExecConfig, profile: str) -> tuple[ExecBackend, ExecLimits]:
+        """The backend and limits of ``profile`` in ``config`` (one backend object per distinct profile)."""
+        if profile not in config.profiles:
+            known = ", ".join(sorted(config.profiles)) or "none"
+            raise ExecProfileError(
+                "exec_profile_unknown", f"exec profile '{profile}' is not configured (known: {known})"
+            )
+        options = config.profiles[profile].model_dump()
+        name = options["backend"]
+        factory = self.backends.get(name)
+        if factory is None:
+            installed = ", ".join(sorted(self.backends)) or "none"
+            raise ExecProfileError(
+                "exec_backend_missing",
+                f"exec backend '{name}' of profile '{profile}' is not installed (installed: {installed})",
+            )
+        key = f"{profile}:{sorted(options.items())!r}"
+        if key not in self._built:
+            self._built[key] = factory(options)
+        return self._built[key], limits_of(options)
+
+
+def limits_of(options: Mapping[str, Any]) -> ExecLimits:
+    """The limits a profile's options set (defaults for the ones it leaves out)."""
+    defaults = ExecLimits()
+    return ExecLimits(
+        timeout_s=float(options.get("timeout_s", defaults.timeout_s)),
+        memory_mb=int(options.get("memory_mb", defaults.memory_mb)),
+        cpu_s=int(options.get("cpu_s", defaults.cpu_s)),
+        processes=int(options.get("pids", defaults.processes)),
+        file_size_mb=int(options.get("file_size_mb", defaults.file_size_mb)),
+    )

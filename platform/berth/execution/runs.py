@@ -1,0 +1,231 @@
+"""One isolated run end to end: folders, program, supervisor, backend, artifacts, envelope.
+
+The host prepares the run folder (``work/`` and ``out/`` owned by the run's executor uid, the program read-only),
+starts the supervisor on the folder's socket when the bundle has tools to serve, hands the request to the
+profile's backend, then collects what the program left under ``out/``: regular files only (a symlink the program
+planted is skipped, never followed), at most :data:`MAX_OUTPUT_FILES` files and :data:`MAX_OUTPUT_BYTES` in all.
+The folder is removed afterwards; what matters is returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import os
+import secrets
+import shutil
+import stat
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from berth.execution.envelope import ExecArtifact, ExecEnvelope, ExecError
+from berth.execution.limits import ExecLimits, limit_from_outcome
+from berth.execution.sandbox import ExecBackend, RunFolder, SandboxOutcome, SandboxRequest
+from berth.execution.supervisor import Supervisor, ToolDispatch
+
+MAX_OUTPUT_FILES: Final = 200
+MAX_OUTPUT_BYTES: Final = 256 * 1024 * 1024
+PROGRAMS_FOLDER: Final = "executed_programs"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFile:
+    """A file the program produced under ``out/``."""
+
+    relative: str
+    data: bytes
+    mime: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRun:
+    """What one run gave: the envelope, the produced files, and the supervisor's record of tool calls."""
+
+    envelope: ExecEnvelope
+    outputs: tuple[OutputFile, ...]
+    tool_calls: int
+
+
+class UidPool:
+    """Unprivileged uids for concurrent runs: one each, because RLIMIT_NPROC counts all processes of a uid."""
+
+    def __init__(self, first: int = 61000, size: int = 64) -> None:
+        self._free = list(range(first, first + size))
+        self._lock = asyncio.Lock()
+        self._available = asyncio.Semaphore(size)
+
+    async def acquire(self) -> int:
+        """A uid no other run holds (waits when all are in use)."""
+        await self._available.acquire()
+        async with self._lock:
+            return self._free.pop(0)
+
+    def release(self, uid: int) -> None:
+        """Give ``uid`` back."""
+        self._free.append(uid)
+        self._available.release()
+
+
+@dataclass
+class ExecService:
+    """Runs programs with a backend, serving them a bundle's tools through a supervisor."""
+
+    root: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "berth-exec")
+    uids: UidPool = field(default_factory=UidPool)
+    keep_folders: bool = False
+
+    async def run(
+        self,
+        code: str,
+        *,
+        backend: ExecBackend,
+        limits: ExecLimits,
+        bundle_id: str,
+        dispatch: ToolDispatch | None = None,
+        inputs: Iterable[tuple[str, bytes]] = (),
+        exec_id: str | None = None,
+        store: Callable[[str, bytes], str] | None = None,
+    ) -> ExecRun:
+        """Run ``code`` and return its envelope. ``store(relative, data)`` keeps an output file and returns its
+        logical path (default: ``out/<relative>``); the program itself is stored as
+        ``executed_programs/<exec_id>/main.py``."""
+        exec_id = exec_id or f"ex_{uuid.uuid4().hex[:12]}"
+        privileged = os.geteuid() == 0
+        uid = await self.uids.acquire() if privileged else os.getuid()
+        folder = self._prepare(exec_id, code, inputs, uid if privileged else None)
+        token = secrets.token_urlsafe(32)
+        supervisor = None
+        if dispatch is not None:
+            supervisor = Supervisor(folder.socket, token, uid, dispatch, call_timeout_s=limits.timeout_s)
+            await supervisor.start()
+        try:
+            request = SandboxRequest(exec_id, bundle_id, folder, token, limits, uid, uid, dispatch is not None)
+            outcome = await backend.run(request)
+            outputs = await asyncio.to_thread(collect_outputs, folder.out)
+            stdout_tail = tail(folder.logs / "stdout", limits.output_tail_bytes)
+            stderr_tail = tail(folder.logs / "stderr", limits.output_tail_bytes)
+        finally:
+            if supervisor is not None:
+                await supervisor.aclose()
+            if privileged:
+                self.uids.release(uid)
+            if not self.keep_folders:
+                await asyncio.to_thread(shutil.rmtree, folder.root, True)
+        keep = store or (lambda relative, _data: f"out/{relative}")
+        artifacts = tuple(ExecArtifact(keep(f.relative, f.data), f.mime, len(f.data)) for f in outputs)
+        program_path = keep(f"{PROGRAMS_FOLDER}/{exec_id}/main.py", code.encode("utf-8"))
+        envelope = build_envelope(
+            exec_id, backend.name, outcome, limits, artifacts, stdout_tail, stderr_tail, program_path
+        )
+        return ExecRun(envelope, outputs, len(supervisor.calls) if supervisor else 0)
+
+    def _prepare(self, exec_id: str, code: str, inputs: Iterable[tuple[str, bytes]], uid: int | None) -> RunFolder:
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)  # noqa: S103 - executors must traverse it; names inside are random
+        folder = RunFolder(self.root / exec_id)
+        folder.root.mkdir(mode=0o711)
+        for path in (folder.work, folder.out, folder.program.parent, folder.socket_dir, folder.logs):
+            path.mkdir(mode=0o755)
+        os.chmod(folder.logs, 0o700)
+        for relative, data in inputs:
+            target = folder.work / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        folder.program.write_text(code, encoding="utf-8")
+        os.chmod(folder.program, 0o644)
+        if uid is not None:
+            for path in (folder.work, folder.out):
+                for inner, dirs, files in os.walk(path):
+                    for name in [*dirs, *files]:
+                        os.chown(os.path.join(inner, name), uid, uid)
+                os.chown(path, uid, uid)
+                os.chmod(path, 0o700)
+        return folder
+
+
+def collect_outputs(out: Path) -> tuple[OutputFile, ...]:
+    """The regular files under ``out/`` (symlinks and special files skipped, never followed), within the caps."""
+    found: list[OutputFile] = []
+    total = 0
+    for inner, dirs, files in os.walk(out, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d != PROGRAMS_FOLDER and not os.path.islink(os.path.join(inner, d)))
+        for name in sorted(files):
+            path = os.path.join(inner, name)
+            try:
+                descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            with os.fdopen(descriptor, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    continue
+                data = handle.read(MAX_OUTPUT_BYTES - total + 1)
+            if total + len(data) > MAX_OUTPUT_BYTES or len(found) >= MAX_OUTPUT_FILES:
+                return tuple(found)
+            total += len(data)
+            relative = os.path.relpath(path, out)
+            found.append(OutputFile(relative, data, mimetypes.guess_type(name)[0] or "application/octet-stream"))
+    return tuple(found)
+
+
+def tail(path: Path, size: int) -> str:
+    """The last ``size`` bytes of a file as text (missing file: empty)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            length = handle.tell()
+            handle.seek(max(0, length - size))
+            data = handle.read()
+    except FileNotFoundError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return ("…" + text) if length > size else text
+
+
+def build_envelope(
+    exec_id: str,
+    backend: str,
+    outcome: SandboxOutcome,
+    limits: ExecLimits,
+    artifacts: tuple[ExecArtifact, ...],
+    stdout_tail: str,
+    stderr_tail: str,
+    program_path: str,
+) -> ExecEnvelope:
+    """The envelope for a finished run: which error (if any), and a report the model can read."""
+    error: ExecError | None = None
+    if outcome.failure:
+        error = ExecError("sandbox_failed", f"the sandbox did not start: {outcome.failure}")
+    else:
+        hit = limit_from_outcome(
+            limits,
+            timed_out=outcome.timed_out,
+            exit_code=outcome.exit_code,
+            killed_by=outcome.killed_by,
+            stderr_tail=stderr_tail,
+        )
+        if hit is not None:
+            error = ExecError(hit.code, hit.message, hit.limit)
+        elif outcome.exit_code != 0:
+            error = ExecError("nonzero_exit", f"the program exited with status {outcome.exit_code}")
+    status = "ok" if error is None else f"failed ({error.code}: {error.message})"
+    lines = [f"exec {exec_id} on {backend} ({outcome.isolation}): {status} in {outcome.duration_s:.2f} s"]
+    lines += [f"produced {a.path} ({a.mime}, {a.size} bytes)" for a in artifacts] or ["produced no files in out/"]
+    lines.append(f"program kept at {program_path}")
+    if error is not None and stderr_tail:
+        lines.append("stderr (end):\n" + stderr_tail[-1500:])
+    return ExecEnvelope(
+        ok=error is None,
+        exit_code=outcome.exit_code,
+        error=error,
+        report_text="\n".join(lines),
+        artifacts=artifacts,
+        user_out_tail=stdout_tail,
+        runtime_err_tail=stderr_tail,
+        duration_s=outcome.duration_s,
+        backend=backend,
+        exec_id=exec_id,
+    )

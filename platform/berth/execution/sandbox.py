@@ -1,0 +1,115 @@
+"""What an exec backend is given and returns, and the protocol its factory builds.
+
+Every backend gets the same prepared run folder::
+
+    <run>/work/       the program's working directory (WORKDIR), writable by the executor
+    <run>/out/        files to hand back (OUTPUT_DIR), writable by the executor
+    <run>/program/    main.py, the program; read-only for the executor
+    <run>/sock/       supervisor.sock, when the bundle has tools to serve
+    <run>/logs/       stdout and stderr, written through descriptors the executor inherits
+
+and returns a :class:`SandboxOutcome`; :mod:`berth.execution.runs` turns it into the envelope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from berth.execution.limits import ExecLimits
+
+SANDBOX_WORKDIR = "/workspace/work"
+SANDBOX_OUTPUT_DIR = "/workspace/out"
+SANDBOX_PROGRAM_DIR = "/workspace/program"
+SANDBOX_SOCKET_DIR = "/run/berth"
+SANDBOX_PACKAGE_DIR = "/opt/berth"
+PROGRAM_NAME = "main.py"
+SOCKET_NAME = "supervisor.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFolder:
+    """The folders of one run on the host."""
+
+    root: Path
+
+    @property
+    def work(self) -> Path:
+        """``work/``: the program's working directory."""
+        return self.root / "work"
+
+    @property
+    def out(self) -> Path:
+        """``out/``: the files the program hands back."""
+        return self.root / "out"
+
+    @property
+    def program(self) -> Path:
+        """``program/main.py``."""
+        return self.root / "program" / PROGRAM_NAME
+
+    @property
+    def socket_dir(self) -> Path:
+        """The folder of the supervisor's socket."""
+        return self.root / "sock"
+
+    @property
+    def socket(self) -> Path:
+        """The supervisor's socket."""
+        return self.socket_dir / SOCKET_NAME
+
+    @property
+    def logs(self) -> Path:
+        """Where stdout and stderr are written."""
+        return self.root / "logs"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRequest:
+    """One program to run: its folder, identity, token and limits."""
+
+    exec_id: str
+    bundle_id: str
+    folder: RunFolder
+    token: str
+    limits: ExecLimits
+    uid: int
+    gid: int
+    with_supervisor: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxOutcome:
+    """How the program ended."""
+
+    exit_code: int | None
+    killed_by: int | None
+    timed_out: bool
+    duration_s: float
+    isolation: str
+    failure: str | None = None
+    """Set when the sandbox itself could not start (the program never ran)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorFinding:
+    """One line of ``berth exec doctor``: what was checked, whether it holds, and what to do if not."""
+
+    check: str
+    ok: bool
+    detail: str
+
+
+class ExecBackend(Protocol):
+    """Runs a prepared program in isolation. Built by a ``berth_exec_backends`` factory from its profile."""
+
+    name: str
+
+    async def run(self, request: SandboxRequest) -> SandboxOutcome:
+        """Run ``request``'s program to its end or its limits; kill everything it started on timeout."""
+        ...
+
+    def doctor(self) -> list[DoctorFinding]:
+        """What isolation this machine really gives this backend, and what is missing."""
+        ...

@@ -1,0 +1,132 @@
+"""``exec.python`` in a real turn: the scripted model writes a program that calls a bundle tool and draws a PNG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from berth.config import Configuration
+from berth.config.models.assembly import ModelRef
+from berth.default_plugins.exec.local import LocalBackend
+from berth.default_plugins.models.scripted import ScriptedProvider
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
+from berth.execution.profiles import Execution
+from berth.host.registry import BundleRegistry
+from berth.runtime.events import TurnEvent
+from berth.runtime.loop import TurnInput, TurnRunner
+from berth.storage.scope import ConversationScope
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("clean_berth_env")]
+
+BUNDLE = Path(__file__).parent / "exec_probe_bundle"
+
+PROGRAM = """
+import json, os, struct, zlib
+from berth_exec import tools
+
+me = tools.call("probe.whoami", label="from the sandbox")
+
+def png(width, height, pixel):
+    rows = b"".join(b"\\x00" + bytes(pixel) * width for _ in range(height))
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return b"\\x89PNG\\r\\n\\x1a\\n" + body
+
+with open(os.path.join(os.environ["OUTPUT_DIR"], "chart.png"), "wb") as f:
+    f.write(png(4, 3, (200, 30, 30)))
+print(json.dumps(me))
+"""
+
+
+def script() -> list[str]:
+    call = {
+        "action": "call_tool",
+        "notes": "draw it",
+        "tool_call": {"tool_id": "exec.python", "params": {"purpose": "draw a chart", "outputs": ["chart.png"]}},
+    }
+    first = (
+        "<channel:thinking>I will write code</channel:thinking>"
+        f"<channel:action>{json.dumps(call)}</channel:action><channel:code>{PROGRAM}</channel:code>"
+    )
+    done = (
+        '<channel:action>{"action": "complete", "notes": ""}</channel:action>'
+        "<channel:answer>Here it is.</channel:answer>"
+    )
+    return [first, done]
+
+
+def descriptors(root: Path) -> Path:
+    root.mkdir()
+    assembly = {
+        "platform": {"exec": {"profiles": {"sandbox": {"backend": "local", "timeout_s": 20}}}},
+        "tenants": {"acme": {"projects": {"support": {}}}, "globex": {"projects": {"main": {}}}},
+    }
+    (root / "assembly.yaml").write_text(yaml.safe_dump(assembly))
+    bundles = {
+        "bundles": {"probe": {"source": {"path": str(BUNDLE)}, "props": {"motto": "bundle motto"}}},
+        "tenants": {"acme/support": {"bundles": ["probe"], "props": {"probe": {"motto": "acme motto"}}}},
+    }
+    (root / "bundles.yaml").write_text(yaml.safe_dump(bundles))
+    secrets = {
+        "bundles": {"probe": {"probe_key": "literal:shared-key-0000"}},
+        "tenants": {"acme/support": {"probe": {"probe_key": "literal:acme01-key"}}},
+    }
+    (root / "bundles.secrets.yaml").write_text(yaml.safe_dump(secrets))
+    return root
+
+
+async def test_code_calls_a_bundle_tool_in_scope_and_its_png_becomes_an_artifact(tmp_path: Path) -> None:
+    config = Configuration.load(descriptors(tmp_path / "descriptors"))
+    registry = BundleRegistry(config)
+    outcomes = await registry.start()
+    assert all(outcome.ok for outcome in outcomes), outcomes
+    store = SqliteConversationStore(tmp_path / "var")
+    await store.open()
+    model = ScriptedProvider(script())
+    runner = TurnRunner(
+        store=store,
+        models=lambda role: (ModelRef(provider="scripted", model="script"), model),
+        execution=Execution({"local": LocalBackend.from_profile}),
+    )
+    scope = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="c1")
+    events: list[TurnEvent] = []
+
+    async def record(event: TurnEvent) -> None:
+        events.append(event)
+
+    try:
+        async with registry.use("probe") as generation:
+            context = registry.context_for(generation, "acme", "support")
+            result = await runner.run(
+                generation, context, TurnInput(scope=scope, turn_id="turn_1", message="chart"), record
+            )
+        assert result.outcome == "completed", [e for e in events if e.type in ("turn.failed", "notice")]
+        tool_result = next(e.data for e in events if e.type == "tool.result" and e.data["tool_id"] == "exec.python")
+        assert tool_result["ok"], tool_result
+        handle = store.conversation(scope)
+        log = await handle.read_turn_log("turn_1")
+        records = [record for round_ in log.rounds for record in round_.blocks]
+        result_block = next(json.loads(r.json) for r in records if r.path == "tc:turn_1.c1.result")
+        full = result_block["text"]
+        envelope = json.loads(full)
+        assert envelope["ok"] is True
+        assert json.loads(envelope["user_out_tail"]) == {
+            "label": "from the sandbox",
+            "tenant": "acme",
+            "project": "support",
+            "motto": "acme motto",
+            "key_prefix": "acme01",
+        }
+        assert [(a["path"], a["mime"]) for a in envelope["artifacts"]] == [("fi:turn_1.outputs/chart.png", "image/png")]
+        png = await handle.read_artifact("turn_1/outputs/chart.png")
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        program = await handle.read_artifact(f"turn_1/outputs/executed_programs/{envelope['exec_id']}/main.py")
+        assert b'tools.call("probe.whoami"' in program
+    finally:
+        await store.aclose()
+        await registry.close()

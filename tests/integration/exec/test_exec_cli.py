@@ -1,0 +1,79 @@
+"""``berth exec run`` and ``berth exec doctor`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("clean_berth_env")
+
+
+def berth(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    executable = Path(sys.executable).parent / "berth"
+    return subprocess.run([str(executable), *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=120)
+
+
+@pytest.mark.sandbox
+def test_run_serves_the_bundles_tools_in_scope_and_keeps_the_outputs(tmp_path: Path, repo_root: Path) -> None:
+    program = tmp_path / "greet.py"
+    program.write_text(
+        "import os\nfrom berth_exec import tools\n"
+        "greeting = tools.call('hello.greet', name='Ann')\n"
+        "open(os.path.join(os.environ['OUTPUT_DIR'], 'greeting.txt'), 'w').write(greeting)\n"
+        "print(greeting)\n"
+    )
+    result = berth(
+        "exec", "run", str(program), "--descriptors", str(repo_root / "descriptors"),
+        "--bundle", "hello", "--tenant", "acme", "--project", "support", "--out", "kept",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    envelope = json.loads(result.stdout)
+    assert envelope["ok"] is True
+    assert envelope["user_out_tail"] == "Hello, Ann!\n"
+    assert envelope["backend"] == "local"
+    assert (tmp_path / "kept" / "greeting.txt").read_text() == "Hello, Ann!"
+    assert (
+        tmp_path / "kept" / "executed_programs" / envelope["exec_id"] / "main.py"
+    ).read_text() == program.read_text()
+
+
+@pytest.mark.sandbox
+def test_a_failing_program_exits_1_with_the_reason_in_the_envelope(tmp_path: Path) -> None:
+    program = tmp_path / "boom.py"
+    program.write_text("raise ValueError('no such column: price')\n")
+    result = berth("exec", "run", str(program), cwd=tmp_path)
+    assert result.returncode == 1
+    envelope = json.loads(result.stdout)
+    assert envelope["error"]["code"] == "nonzero_exit"
+    assert "ValueError: no such column: price" in envelope["runtime_err_tail"]
+    assert "berth_exec" not in envelope["runtime_err_tail"]  # the traceback starts at the program
+
+
+def test_an_unknown_profile_is_a_clear_error(tmp_path: Path) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    result = berth("exec", "run", str(program), "--profile", "gpu", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "exec profile 'gpu' is not configured (known: sandbox)" in result.stderr
+
+
+def test_bundle_without_a_scope_is_refused(tmp_path: Path) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    result = berth("exec", "run", str(program), "--bundle", "hello", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--bundle needs --tenant and --project" in result.stderr
+
+
+@pytest.mark.sandbox
+def test_doctor_reports_each_profiles_isolation(tmp_path: Path) -> None:
+    result = berth("exec", "doctor", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "sandbox  local    isolation" in result.stdout
+    assert "bwrap (requested auto)" in result.stdout
+    assert "every check is met" in result.stderr

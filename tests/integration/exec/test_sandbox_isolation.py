@@ -1,0 +1,274 @@
+"""The executor's isolation, proven with the attacks a model would write, against every sandbox backend.
+
+Each test runs a real program in the real sandbox (bubblewrap here; Docker joins the parametrization when its
+backend lands) and asserts on what the program could or could not do, as the envelope and its output report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import textwrap
+from collections.abc import AsyncIterator, Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from berth.default_plugins.exec.local import LocalBackend
+from berth.execution.limits import ExecLimits
+from berth.execution.runs import ExecRun, ExecService
+from berth.execution.sandbox import ExecBackend
+from berth.execution.supervisor import SupervisorRefusal
+
+pytestmark = pytest.mark.sandbox
+
+LIMITS = ExecLimits(timeout_s=4, memory_mb=256, cpu_s=2, processes=32, file_size_mb=4)
+
+
+class EchoTools:
+    """A tool table that answers ``t.echo`` with its params (the turn-level test uses a real bundle)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+
+    @property
+    def tool_ids(self) -> Collection[str]:
+        return {"t.echo"}
+
+    async def call(self, tool_id: str, params: dict[str, Any]) -> Any:
+        self.received.append(params)
+        return {"echo": params}
+
+    async def read(self, path: str) -> str:
+        raise SupervisorRefusal("read_paths_missing", f"{path} does not exist")
+
+
+@pytest.fixture(params=["local"])
+def backend(request: pytest.FixtureRequest) -> ExecBackend:
+    return LocalBackend(isolation="bwrap")
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> ExecService:
+    return ExecService(root=Path("/tmp") / f"berth-exec-test-{os.getpid()}")
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP listener on the host's 127.0.0.1, standing for the API and any local service."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield int(server.getsockname()[1])
+
+
+async def run(service: ExecService, backend: ExecBackend, code: str, **kwargs: Any) -> ExecRun:
+    kwargs.setdefault("limits", LIMITS)
+    return await service.run(textwrap.dedent(code), backend=backend, bundle_id="probe", **kwargs)
+
+
+def printed(result: ExecRun) -> dict[str, Any]:
+    """The JSON object the probe printed last."""
+    return json.loads(result.envelope.user_out_tail.strip().splitlines()[-1])
+
+
+async def test_a_clean_program_succeeds_and_hands_back_its_files(service: ExecService, backend: ExecBackend) -> None:
+    result = await run(
+        service,
+        backend,
+        """
+        import os, pathlib
+        pathlib.Path(os.environ["OUTPUT_DIR"], "charts").mkdir()
+        pathlib.Path(os.environ["OUTPUT_DIR"], "charts", "a.csv").write_text("x,y\\n1,2\\n")
+        print("done")
+        """,
+    )
+    envelope = result.envelope
+    assert envelope.ok, envelope.report_text
+    assert envelope.exit_code == 0
+    assert envelope.user_out_tail == "done\n"
+    assert [(a.path, a.mime, a.size) for a in envelope.artifacts] == [("out/charts/a.csv", "text/csv", 8)]
+    assert envelope.backend == "local"
+
+
+async def test_no_network_not_even_the_hosts_loopback(
+    service: ExecService, backend: ExecBackend, listener: int
+) -> None:
+    result = await run(
+        service,
+        backend,
+        f"""
+        import json, socket
+        outcome = {{}}
+        for name, address in {{"api": ("127.0.0.1", {listener}), "public": ("1.1.1.1", 53),
+                               "dns": ("8.8.8.8", 53)}}.items():
+            try:
+                socket.create_connection(address, timeout=2).close()
+                outcome[name] = "connected"
+            except OSError as error:
+                outcome[name] = type(error).__name__
+        outcome["interfaces"] = [name for _, name in socket.if_nameindex()]
+        print(json.dumps(outcome))
+        """,
+    )
+    outcome = printed(result)
+    assert outcome["api"] != "connected"
+    assert outcome["public"] != "connected"
+    assert outcome["dns"] != "connected"
+    assert outcome["interfaces"] == ["lo"]
+
+
+async def test_no_secrets_in_the_environment_proc_or_files(
+    service: ExecService, backend: ExecBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-value-0001")
+    descriptors = tmp_path / "descriptors"
+    descriptors.mkdir()
+    (descriptors / "secrets.yaml").write_text("db: literal:secret-value-0002\n")
+    other_tenant = Path(service.root) / "ex_other_tenant"
+    other_tenant.mkdir(parents=True, exist_ok=True)
+    (other_tenant / "notes.txt").write_text("globex secret-value-0003")
+    result = await run(
+        service,
+        backend,
+        f"""
+        import json, os
+        seen = {{"environ": dict(os.environ), "proc": {{}}, "files": {{}}}}
+        for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+            for part in ("environ", "cmdline"):
+                try:
+                    data = open(f"/proc/{{pid}}/{{part}}", "rb").read()
+                    seen["proc"][pid + "/" + part] = data.decode(errors="replace")
+                except OSError as error:
+                    seen["proc"][pid + "/" + part] = type(error).__name__
+        for path in [{str(descriptors / "secrets.yaml")!r}, {str(other_tenant / "notes.txt")!r}, "/etc/passwd",
+                     "/root/.bashrc", "/proc/1/root/etc/shadow", {str(Path.cwd() / "pyproject.toml")!r}]:
+            try:
+                seen["files"][path] = open(path).read()
+            except OSError as error:
+                seen["files"][path] = type(error).__name__
+        print(json.dumps(seen))
+        """,
+    )
+    seen = printed(result)
+    assert set(seen["environ"]) <= {"WORKDIR", "OUTPUT_DIR", "EXECUTION_ID", "BUNDLE_ID", "PWD", "LC_CTYPE"}
+    everything = json.dumps(seen)
+    for secret in ("sk-ant-secret-value-0001", "secret-value-0002", "secret-value-0003"):
+        assert secret not in everything
+    assert all(outcome in {"FileNotFoundError", "PermissionError"} for outcome in seen["files"].values()), seen["files"]
+    assert len([key for key in seen["proc"] if key.endswith("/cmdline")]) <= 3  # the sandbox's own processes only
+
+
+async def test_writes_outside_work_and_out_fail(service: ExecService, backend: ExecBackend) -> None:
+    result = await run(
+        service,
+        backend,
+        """
+        import json, os
+        outcome = {}
+        for path in ["/x", "/usr/x", "/tmp/x", "/opt/berth/x", "/workspace/program/x", "/dev/shm/x", "/proc/x",
+                     os.path.join(os.environ["WORKDIR"], "ok"), os.path.join(os.environ["OUTPUT_DIR"], "ok")]:
+            try:
+                open(path, "w").write("x")
+                outcome[path] = "written"
+            except OSError as error:
+                outcome[path] = type(error).__name__
+        print(json.dumps(outcome))
+        """,
+    )
+    outcome = printed(result)
+    written = sorted(path for path, what in outcome.items() if what == "written")
+    # /dev/shm is the run's own tmpfs (multiprocessing needs it), bounded and gone with the run
+    assert written == ["/dev/shm/x", "/workspace/out/ok", "/workspace/work/ok"], outcome
+
+
+@pytest.mark.parametrize(
+    ("attack", "code", "limit"),
+    [
+        ("fork bomb", "import os\nwhile True:\n    os.fork()", "process_limit"),
+        ("memory bomb", "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))", "memory_limit"),
+        ("infinite loop", "while True:\n    pass", "cpu_limit"),
+        ("sleeper", "import time\ntime.sleep(60)", "timeout"),
+        (
+            "huge file",
+            "import os\nopen(os.environ['OUTPUT_DIR'] + '/big', 'wb').write(b'x' * (64 << 20))",
+            "file_size_limit",
+        ),
+        ("output flood", "while True:\n    print('x' * 65536)", "file_size_limit"),
+    ],
+)
+async def test_limits_stop_the_attack_and_say_which(
+    service: ExecService, backend: ExecBackend, attack: str, code: str, limit: str
+) -> None:
+    result = await run(service, backend, code)
+    envelope = result.envelope
+    assert not envelope.ok, attack
+    assert envelope.error is not None
+    assert envelope.error.code == limit, (attack, envelope.report_text)
+    assert envelope.duration_s < LIMITS.timeout_s + 2
+
+
+async def test_tool_calls_reach_the_dispatch_and_others_are_refused(service: ExecService, backend: ExecBackend) -> None:
+    tools = EchoTools()
+    result = await run(
+        service,
+        backend,
+        """
+        import json
+        from berth_exec import tools
+        from berth_exec.tools import SupervisorClient, ToolCallError
+        import os
+        outcome = {"echo": tools.call("t.echo", text="hi")}
+        for name, action in {
+            "other_tool": lambda: tools.call("react.write", path="files/x", content="x"),
+            "read": lambda: tools.read("fi:turn_1.files/none.md"),
+            "forged_token": lambda: SupervisorClient(os.environ["SUPERVISOR_SOCKET_PATH"], "forged").request(
+                {"op": "call", "tool_id": "t.echo", "params": {}}),
+        }.items():
+            try:
+                action()
+                outcome[name] = "allowed"
+            except ToolCallError as error:
+                outcome[name] = error.code
+        print(json.dumps(outcome))
+        """,
+        dispatch=tools,
+    )
+    outcome = printed(result)
+    assert outcome == {
+        "echo": {"echo": {"text": "hi"}},
+        "other_tool": "tool_not_allowed",
+        "read": "read_paths_missing",
+        "forged_token": "unauthorized",
+    }
+    assert tools.received == [{"text": "hi"}]
+
+
+async def test_a_process_of_another_uid_is_refused(tmp_path: Path) -> None:
+    from berth.execution.supervisor import Supervisor
+    from berth_exec.tools import SupervisorClient, ToolCallError
+
+    socket_path = tmp_path / "s.sock"
+    supervisor = Supervisor(socket_path, "the-token", 61999, EchoTools())
+    await supervisor.start()
+    try:
+        client = SupervisorClient(str(socket_path), "the-token")
+        with pytest.raises(ToolCallError) as refused:
+            await asyncio.to_thread(client.request, {"op": "call", "tool_id": "t.echo", "params": {}})
+        assert refused.value.code == "unauthorized"
+    finally:
+        await supervisor.aclose()
+
+
+@pytest.fixture(autouse=True)
+async def _no_leftover_runs(service: ExecService) -> AsyncIterator[None]:
+    yield
+    leftovers = (
+        [p.name for p in service.root.glob("ex_*") if p.name != "ex_other_tenant"] if service.root.exists() else []
+    )
+    shutil.rmtree(service.root, ignore_errors=True)
+    assert leftovers == []
