@@ -66,3 +66,12 @@ def sdk_variable(name: str) -> str | None:
         raise ValueError(f"{name} is not an SDK variable Berth reads")
     value = os.environ.get(name, "").strip()
     return value or None
+
+
+EXEC_LAUNCH_PREFIXES = ("BERTH_EXEC_PAYLOAD", "BERTH_DESCRIPTOR_")
+
+
+def exec_launch_variables() -> dict[str, str]:
+    """The launch payload and descriptors a remote exec supervisor is started with (``BERTH_EXEC_PAYLOAD``,
+    ``BERTH_DESCRIPTOR_*_B64``; see :mod:`berth.execution.payload`)."""
+    return {name: value for name, value in os.environ.items() if name.startswith(EXEC_LAUNCH_PREFIXES)}

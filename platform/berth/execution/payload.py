@@ -1,0 +1,176 @@
+"""The supervisor's launch payload, and the descriptors it is given, filtered per ``descriptor_payload_scope``.
+
+A supervisor that runs away from the host (a Docker container, a Fargate task) gets everything it needs in its
+environment, per the isolated-execution contract:
+
+* ``BERTH_EXEC_PAYLOAD``: the run as JSON (:class:`LaunchPayload`: exec id, token, tenant, project, bundle,
+  executor uid, socket path, per-call timeout);
+* ``BERTH_DESCRIPTOR_ASSEMBLY_B64``, ``…_BUNDLES_B64``, ``…_SECRETS_B64``, ``…_BUNDLES_SECRETS_B64``,
+  ``…_GATEWAY_B64``: the descriptor files as base64 YAML.
+
+With ``active_bundle`` (the default) the descriptors hold only what the active bundle may see: ``assembly.yaml``'s
+platform section and the active tenant with only the active project; ``bundles.yaml``'s entry of the active bundle
+and the active scope's visibility and props of it alone; ``bundles.secrets.yaml``'s secrets of the active bundle
+(bundle-wide and the active scope's) and no other bundle's; no ``gateway.yaml`` (the supervisor admits nothing;
+its keys are other tenants' business). ``secrets.yaml`` holds platform secrets, which a bundle's tool may read, and
+goes as it is. With ``full``, every file goes unchanged. :func:`materialize` writes them back into a folder of
+mode 0700 that :meth:`berth.config.Configuration.load` reads like any descriptor set.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+PAYLOAD_VARIABLE = "BERTH_EXEC_PAYLOAD"
+DESCRIPTOR_VARIABLES = {
+    "assembly.yaml": "BERTH_DESCRIPTOR_ASSEMBLY_B64",
+    "bundles.yaml": "BERTH_DESCRIPTOR_BUNDLES_B64",
+    "secrets.yaml": "BERTH_DESCRIPTOR_SECRETS_B64",
+    "bundles.secrets.yaml": "BERTH_DESCRIPTOR_BUNDLES_SECRETS_B64",
+    "gateway.yaml": "BERTH_DESCRIPTOR_GATEWAY_B64",
+}
+PayloadScope = Literal["active_bundle", "full"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPayload:
+    """One run, as the supervisor needs it."""
+
+    exec_id: str
+    token: str
+    tenant: str
+    project: str
+    bundle_id: str
+    executor_uid: int | None
+    socket_path: str
+    call_timeout_s: float = 60.0
+
+    def to_json(self) -> str:
+        """The payload as ``BERTH_EXEC_PAYLOAD`` carries it."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> LaunchPayload:
+        """Read ``BERTH_EXEC_PAYLOAD``."""
+        return cls(**json.loads(text))
+
+
+def filter_descriptors(
+    documents: Mapping[str, Any],
+    *,
+    tenant: str,
+    project: str,
+    bundle_id: str,
+    scope: PayloadScope,
+    base_dir: Path | None = None,
+) -> dict[str, Any]:
+    """The descriptor documents (parsed YAML by file name) the supervisor of one run is given.
+
+    ``base_dir`` makes relative bundle folders absolute, since the materialized files live elsewhere.
+    """
+    if scope == "full":
+        chosen = {name: documents.get(name) or {} for name in DESCRIPTOR_VARIABLES}
+    else:
+        chosen = {
+            "assembly.yaml": _active_assembly(documents.get("assembly.yaml") or {}, tenant, project),
+            "bundles.yaml": _active_bundles(documents.get("bundles.yaml") or {}, tenant, project, bundle_id),
+            "secrets.yaml": documents.get("secrets.yaml") or {},
+            "bundles.secrets.yaml": _active_bundle_secrets(
+                documents.get("bundles.secrets.yaml") or {}, tenant, project, bundle_id
+            ),
+            "gateway.yaml": {},
+        }
+    if base_dir is not None:
+        chosen["bundles.yaml"] = _absolute_sources(chosen["bundles.yaml"], base_dir)
+    return chosen
+
+
+def payload_environment(payload: LaunchPayload, documents: Mapping[str, Any]) -> dict[str, str]:
+    """``BERTH_EXEC_PAYLOAD`` and the ``BERTH_DESCRIPTOR_*_B64`` variables for filtered ``documents``."""
+    environment = {PAYLOAD_VARIABLE: payload.to_json()}
+    for name, variable in DESCRIPTOR_VARIABLES.items():
+        text = yaml.safe_dump(documents.get(name) or {}, sort_keys=False)
+        environment[variable] = base64.b64encode(text.encode("utf-8")).decode("ascii")
+    return environment
+
+
+def materialize(environment: Mapping[str, str], folder: Path) -> Path:
+    """Write the descriptors of ``environment`` into ``folder`` (created with mode 0700); return it."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    for name, variable in DESCRIPTOR_VARIABLES.items():
+        encoded = environment.get(variable)
+        if encoded is None:
+            continue
+        text = base64.b64decode(encoded.encode("ascii"), validate=True).decode("utf-8")
+        target = folder / name
+        target.write_text(text, encoding="utf-8")
+        os.chmod(target, 0o600)
+    return folder
+
+
+def _active_assembly(document: Mapping[str, Any], tenant: str, project: str) -> dict[str, Any]:
+    result = {key: value for key, value in document.items() if key != "tenants"}
+    tenant_entry = dict((document.get("tenants") or {}).get(tenant) or {})
+    projects = tenant_entry.get("projects") or {}
+    tenant_entry["projects"] = {project: projects[project]} if project in projects else {}
+    result["tenants"] = {tenant: tenant_entry}
+    return result
+
+
+def _active_bundles(document: Mapping[str, Any], tenant: str, project: str, bundle_id: str) -> dict[str, Any]:
+    bundles = document.get("bundles") or {}
+    result: dict[str, Any] = {"bundles": {bundle_id: bundles[bundle_id]} if bundle_id in bundles else {}}
+    if "tenants" in document:
+        scoped: dict[str, Any] = {}
+        for key in (tenant, f"{tenant}/{project}"):
+            entry = (document.get("tenants") or {}).get(key)
+            if entry is None:
+                continue
+            kept: dict[str, Any] = {}
+            if "bundles" in entry:
+                kept["bundles"] = [name for name in entry["bundles"] if name == bundle_id]
+            if entry.get("default_bundle") == bundle_id:
+                kept["default_bundle"] = bundle_id
+            props = entry.get("props") or {}
+            if bundle_id in props:
+                kept["props"] = {bundle_id: props[bundle_id]}
+            scoped[key] = kept
+        result["tenants"] = scoped
+    return result
+
+
+def _active_bundle_secrets(document: Mapping[str, Any], tenant: str, project: str, bundle_id: str) -> dict[str, Any]:
+    bundles = document.get("bundles") or {}
+    result: dict[str, Any] = {"bundles": {bundle_id: bundles[bundle_id]} if bundle_id in bundles else {}}
+    tenants = document.get("tenants") or {}
+    scoped = {
+        key: {bundle_id: tenants[key][bundle_id]}
+        for key in (tenant, f"{tenant}/{project}")
+        if key in tenants and bundle_id in (tenants[key] or {})
+    }
+    if scoped:
+        result["tenants"] = scoped
+    return result
+
+
+def _absolute_sources(document: Mapping[str, Any], base_dir: Path) -> dict[str, Any]:
+    result = dict(document)
+    bundles = {}
+    for name, entry in (document.get("bundles") or {}).items():
+        entry = dict(entry or {})
+        source = dict(entry.get("source") or {})
+        if "path" in source and not Path(source["path"]).is_absolute():
+            source["path"] = str((base_dir / source["path"]).resolve())
+        entry["source"] = source
+        bundles[name] = entry
+    result["bundles"] = bundles
+    return result
