@@ -1,9 +1,15 @@
 """The executor bootstrap: the first code that runs inside the sandbox, before the agent's program.
 
-The backend starts ``python3 -I`` with this module and writes one JSON line to its stdin::
+The backend starts ``python3 -I`` with this module and writes the launch lines to its stdin, then closes it::
 
-    {"token": "<run token>", "program": "/workspace/program/main.py",
-     "limits": {"memory_bytes": 1073741824, "cpu_s": 60, "processes": 128, "file_size_bytes": 67108864}}
+    token <run token>
+    program /workspace/program/main.py
+    limit memory_bytes 1073741824
+    limit cpu_s 60
+    limit processes 128
+    limit file_size_bytes 67108864
+
+(plain lines, not JSON: a program's start-up should not pay for importing ``json`` and ``re``).
 
 It lowers its own resource limits (a process may always lower them; the program can never raise them again),
 points :mod:`berth_exec.tools` at the supervisor's socket with the token, and runs the program as ``__main__``
@@ -14,13 +20,10 @@ code, or 1 with the traceback on stderr when it raised.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import runpy
 import sys
-import traceback
-from typing import Any
 
 from berth_exec import tools
 
@@ -49,15 +52,38 @@ def apply_limits(limits: dict[str, int]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def read_launch(lines: list[str]) -> tuple[str, str, dict[str, int]]:
+    """``(token, program, limits)`` from the launch lines."""
+    token = program = ""
+    limits: dict[str, int] = {}
+    for line in lines:
+        key, _, value = line.strip().partition(" ")
+        if key == "token":
+            token = value
+        elif key == "program":
+            program = value
+        elif key == "limit":
+            name, _, number = value.partition(" ")
+            limits[name] = int(number)
+    if not program:
+        raise SystemExit("berth_exec.runner: the launch lines name no program")
+    return token, program, limits
+
+
+def launch_lines(token: str, program: str, limits: dict[str, int]) -> str:
+    """The launch lines :func:`read_launch` reads (what a backend writes to the bootstrap's stdin)."""
+    lines = [f"token {token}", f"program {program}", *(f"limit {name} {value}" for name, value in limits.items())]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
-    """Read the launch line, apply the limits, connect the tools client, run the program."""
-    launch: dict[str, Any] = json.loads(sys.stdin.readline())
+    """Read the launch lines, apply the limits, connect the tools client, run the program."""
+    token, program, limits = read_launch(sys.stdin.readlines())
     sys.stdin.close()
-    apply_limits({key: int(value) for key, value in launch.get("limits", {}).items()})
+    apply_limits(limits)
     socket_path = os.environ.get(tools.SOCKET_VARIABLE)
     if socket_path:
-        tools.configure(socket_path, str(launch["token"]))
-    program = str(launch["program"])
+        tools.configure(socket_path, token)
     workdir = os.environ.get("WORKDIR")
     if workdir:
         os.chdir(workdir)
@@ -75,6 +101,8 @@ def main() -> None:
 
 def print_program_traceback(error: BaseException, program: str) -> None:
     """Print ``error``'s traceback from the program's first frame on (the bootstrap's frames are noise)."""
+    import traceback
+
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != program:
         tb = tb.tb_next

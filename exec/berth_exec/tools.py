@@ -15,89 +15,61 @@ says what went wrong (``tool_not_allowed``, ``tool_timeout``, ``tool_failed``, `
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
-import socket
-import threading
-from typing import Any
 
-from berth_exec.wire import PROTOCOL_VERSION, WireError, receive_frame, send_frame
+from berth_exec.errors import ToolCallError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~2 ms of a program's start-up)
+
+if TYPE_CHECKING:  # at run time only annotations name these: a program's start-up stays lean
+    from typing import Any
+
+    from berth_exec.client import SupervisorClient
+
+__all__ = ["SOCKET_VARIABLE", "SupervisorClient", "ToolCallError", "acall", "call", "configure", "read"]
 
 SOCKET_VARIABLE = "SUPERVISOR_SOCKET_PATH"
 """The environment variable that names the supervisor's socket inside the sandbox."""
 
 
-class ToolCallError(Exception):
-    """The supervisor refused or the tool failed; ``code`` is stable, ``message`` says why."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"[{code}] {message}")
-        self.code = code
-        self.message = message
-
-
-class SupervisorClient:
-    """One connection to the supervisor, shared by the threads of the program (calls go one at a time)."""
-
-    def __init__(self, socket_path: str, token: str) -> None:
-        self.socket_path = socket_path
-        self._token = token
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._ids = itertools.count(1)
-
-    def request(self, message: dict[str, Any]) -> Any:
-        """Send one request (``op`` and its fields) and return the result, or raise :class:`ToolCallError`."""
-        with self._lock:
-            request_id = next(self._ids)
-            frame = {"v": PROTOCOL_VERSION, "token": self._token, "id": request_id, **message}
-            try:
-                sock = self._connected()
-                send_frame(sock, frame)
-                response = receive_frame(sock)
-            except (OSError, EOFError, WireError) as exc:
-                self.close()
-                raise ToolCallError("supervisor_unreachable", f"{type(exc).__name__}: {exc}") from None
-        if response.get("ok"):
-            return response.get("result")
-        error = response.get("error") or {}
-        raise ToolCallError(str(error.get("code", "tool_failed")), str(error.get("message", "no message")))
-
-    def close(self) -> None:
-        """Close the connection; the next call opens a new one."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-    def _connected(self) -> socket.socket:
-        if self._sock is None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(self.socket_path)
-            self._sock = sock
-        return self._sock
-
-
+_target: tuple[str, str] | None = None
 _client: SupervisorClient | None = None
 
 
 def configure(socket_path: str, token: str) -> None:
-    """Point this module at a supervisor (the executor bootstrap does it before the program runs)."""
-    global _client
+    """Point this module at a supervisor (the executor bootstrap does it before the program runs).
+
+    Nothing connects, and nothing more is imported, until the program's first call.
+    """
+    global _client, _target
     if _client is not None:
         _client.close()
-    _client = SupervisorClient(socket_path, token)
+    _client, _target = None, (socket_path, token)
 
 
 def _current() -> SupervisorClient:
+    global _client
     if _client is None:
-        path = os.environ.get(SOCKET_VARIABLE)
-        raise ToolCallError(
-            "not_in_sandbox",
-            "berth_exec.tools is not connected: programs calling tools must run through exec.python"
-            + (f" (a socket is named at {path}, but no token was given)" if path else ""),
-        )
+        if _target is None:
+            path = os.environ.get(SOCKET_VARIABLE)
+            raise ToolCallError(
+                "not_in_sandbox",
+                "berth_exec.tools is not connected: programs calling tools must run through exec.python"
+                + (f" (a socket is named at {path}, but no token was given)" if path else ""),
+            )
+        from berth_exec.client import SupervisorClient
+
+        _client = SupervisorClient(*_target)
     return _client
+
+
+def __getattr__(name: str) -> Any:
+    """``SupervisorClient`` is importable from here, but loaded only when asked for."""
+    if name == "SupervisorClient":
+        from berth_exec.client import SupervisorClient
+
+        return SupervisorClient
+    raise AttributeError(f"module 'berth_exec.tools' has no attribute {name!r}")
 
 
 def call(tool_id: str, /, **params: Any) -> Any:
@@ -107,6 +79,8 @@ def call(tool_id: str, /, **params: Any) -> Any:
 
 async def acall(tool_id: str, /, **params: Any) -> Any:
     """:func:`call` for async code: runs in a thread, so other tasks of the program go on meanwhile."""
+    import asyncio  # here, not at the top: importing asyncio costs a program that never uses it ~30 ms
+
     return await asyncio.to_thread(call, tool_id, **params)
 
 

@@ -20,11 +20,13 @@ The supervisor refuses a frame over its payload cap before reading it (``payload
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import struct
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:  # the executor side never needs asyncio, and importing it costs ~30 ms per run
+    import asyncio
 
 PROTOCOL_VERSION: Final = 1
 HEADER: Final = struct.Struct(">I")
@@ -84,6 +86,8 @@ async def write_frame(writer: asyncio.StreamWriter, message: dict[str, Any]) -> 
 
 async def read_frame(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME) -> dict[str, Any]:
     """Read one frame from an asyncio stream; :class:`EOFError` when the peer closed between frames."""
+    import asyncio
+
     try:
         header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError as exc:
