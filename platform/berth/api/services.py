@@ -22,6 +22,7 @@ from berth.default_plugins.storage.embedded import EmbeddedStorageBackend
 from berth.default_plugins.storage.sqlite import SqliteConversationStore
 from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
+from berth.execution.profiles import Execution
 from berth.gateway.counters import MemoryCounters
 from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
@@ -75,6 +76,7 @@ class HostServices:
         # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
         self.admission = Admission(lambda: self.config.descriptors.gateway, MemoryCounters(), self.metrics)
         self._runners: dict[tuple[str, str], TurnRunner] = {}
+        self.execution = Execution(plugins.exec_backends())
         self.storage: EmbeddedStorageBackend | None = None
         self.store: SqliteConversationStore | None = None
         self.memory_index: SqliteMemoryIndex | None = None
@@ -167,6 +169,7 @@ class HostServices:
             models=self.models.resolver(settings),
             tool_packs=self.plugins.tool_packs(),
             memory=memory,
+            execution=self.execution,
         )
 
     async def start_turn(
