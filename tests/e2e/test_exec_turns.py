@@ -23,24 +23,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("clean_berth_env")]
 
 BUNDLE = Path(__file__).parent / "exec_probe_bundle"
 
-PROGRAM = """
-import json, os, struct, zlib
-from berth_exec import tools
-
-me = tools.call("probe.whoami", label="from the sandbox")
-
-def png(width, height, pixel):
-    rows = b"".join(b"\\x00" + bytes(pixel) * width for _ in range(height))
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-    return b"\\x89PNG\\r\\n\\x1a\\n" + body
-
-with open(os.path.join(os.environ["OUTPUT_DIR"], "chart.png"), "wb") as f:
-    f.write(png(4, 3, (200, 30, 30)))
-print(json.dumps(me))
-"""
+PROGRAM = (BUNDLE / "chart_program.txt").read_text()
+"""Calls ``probe.whoami`` from the sandbox, draws a 4x3 PNG into OUTPUT_DIR, prints what the tool said."""
 
 
 def script() -> list[str]:

@@ -16,6 +16,7 @@ TurnEventType: TypeAlias = Literal[
     "notice",
     "compaction",
     "citation.sources",
+    "artifact",
     "turn.completed",
     "turn.failed",
 ]

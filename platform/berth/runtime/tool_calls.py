@@ -106,6 +106,7 @@ async def execute_tool_call(
     state.current_call_id = call_id
     state.current_code = decision.code
     state.pending_blocks.clear()
+    outputs_before = state.workspace.outputs()
     try:
         run = tool.run(validated, state)
         value = await (asyncio.wait_for(run, tool.timeout_s) if tool.timeout_s else run)
@@ -117,6 +118,8 @@ async def execute_tool_call(
         log.warning("tool %s failed", tool_id, exc_info=True)
         return await failed("tool_failed", f"{tool_id} raised {type(exc).__name__}: {exc}")
     output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
+    for path, mime, size in state.workspace.outputs_since(outputs_before):
+        await emit(TurnEvent("artifact", {"call_id": call_id, "path": path, "mime": mime, "size": size}))
     sids: tuple[int, ...] = ()
     if output.sources:
         merge = state.sources.merge(

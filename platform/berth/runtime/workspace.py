@@ -8,6 +8,7 @@ reach outside the conversation: every relative path is checked (no ``..``, no ab
 from __future__ import annotations
 
 import json
+import mimetypes
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,6 +62,23 @@ class Workspace:
             )
         self.files[(area, relative)] = data
         return f"fi:{self.turn_id}.{area}/{relative}"
+
+    def outputs(self) -> dict[str, bytes]:
+        """This turn's ``outputs/`` files now, by relative path (to compare with later: :meth:`outputs_since`)."""
+        return {relative: data for (area, relative), data in self.files.items() if area == "outputs"}
+
+    def outputs_since(self, before: dict[str, bytes]) -> list[tuple[str, str, int]]:
+        """``(fi: path, mime, size)`` of each ``outputs/`` file written since ``before`` (programs kept by
+        ``exec.python`` under ``executed_programs/`` are left out: they are records, not results)."""
+        return [
+            (
+                f"fi:{self.turn_id}.outputs/{relative}",
+                mimetypes.guess_type(relative)[0] or "application/octet-stream",
+                len(data),
+            )
+            for (area, relative), data in self.files.items()
+            if area == "outputs" and before.get(relative) is not data and not relative.startswith("executed_programs/")
+        ]
 
     def read(self, area: Area, relative: str) -> bytes:
         """A file of this turn; ``file_missing`` if it was not written."""

@@ -38,8 +38,10 @@ def write_stack_descriptors(
     bundles: dict[str, Any] | None = None,
     auth: str = "api_keys",
     gateway: dict[str, Any] | None = None,
+    bundles_secrets: dict[str, Any] | None = None,
 ) -> Path:
-    """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure)."""
+    """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure);
+    ``bundles_secrets`` is ``bundles.secrets.yaml``."""
     root.mkdir(parents=True, exist_ok=True)
     assembly = {
         "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}},
@@ -60,6 +62,8 @@ def write_stack_descriptors(
     (root / "assembly.yaml").write_text(yaml.safe_dump(assembly))
     (root / "bundles.yaml").write_text(yaml.safe_dump({"bundles": bundles, "tenants": scopes}))
     (root / "gateway.yaml").write_text(yaml.safe_dump(gateway_yaml))
+    if bundles_secrets is not None:
+        (root / "bundles.secrets.yaml").write_text(yaml.safe_dump(bundles_secrets))
     return root
 
 
@@ -137,9 +141,10 @@ async def api_stack(
     repeat: bool = False,
     govern_heap: bool = False,
     gateway: dict[str, Any] | None = None,
+    bundles_secrets: dict[str, Any] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
-    descriptors = write_stack_descriptors(tmp_path / "descriptors", script, bundles, auth, gateway)
+    descriptors = write_stack_descriptors(tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets)
     services = build_services(descriptors, var_root=tmp_path / "var")
     app = create_app(services=services, govern_heap=govern_heap)
     # a real server on loopback: httpx's ASGI transport buffers whole responses, so it cannot stream SSE
