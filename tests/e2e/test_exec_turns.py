@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from berth.config import Configuration
+from berth.config import Configuration, DescriptorError
 from berth.config.models.assembly import ModelRef
 from berth.default_plugins.exec.local import LocalBackend
 from berth.default_plugins.models.scripted import ScriptedProvider
@@ -114,3 +114,34 @@ async def test_code_calls_a_bundle_tool_in_scope_and_its_png_becomes_an_artifact
     finally:
         await store.aclose()
         await registry.close()
+
+
+def test_a_bundle_names_an_undefined_exec_profile_with_file_and_line(tmp_path: Path) -> None:
+    folder = descriptors(tmp_path / "descriptors")
+    bundles = yaml.safe_load((folder / "bundles.yaml").read_text())
+    bundles["bundles"]["probe"]["exec"] = {"profile": "sandbox", "profiles": ["gpu"]}
+    (folder / "bundles.yaml").write_text(yaml.safe_dump(bundles))
+    with pytest.raises(DescriptorError) as refused:
+        Configuration.load(folder)
+    [problem] = refused.value.problems
+    assert problem.field == "bundles.probe.exec.profiles[0]"
+    assert "exec profile 'gpu' is not defined (known: sandbox)" in problem.message
+    assert problem.line > 1
+
+
+async def test_the_operators_profile_choice_overrides_the_bundles(tmp_path: Path) -> None:
+    folder = descriptors(tmp_path / "descriptors")
+    assembly = yaml.safe_load((folder / "assembly.yaml").read_text())
+    assembly["platform"]["exec"]["profiles"]["tight"] = {"backend": "local", "timeout_s": 5, "memory_mb": 64}
+    (folder / "assembly.yaml").write_text(yaml.safe_dump(assembly))
+    bundles = yaml.safe_load((folder / "bundles.yaml").read_text())
+    bundles["bundles"]["probe"]["exec"] = {"profile": "tight"}
+    (folder / "bundles.yaml").write_text(yaml.safe_dump(bundles))
+    config = Configuration.load(folder)
+    execution = Execution(
+        {"local": LocalBackend.from_profile}, bundle_exec=lambda b: config.descriptors.bundles.bundles[b].exec
+    )
+    options = execution.options_for("probe", {"profile": "sandbox"})
+    assert options == {"profile": "tight"}
+    backend, limits = execution.backend(config.settings_for("acme", "support").exec, options["profile"])
+    assert (backend.name, limits.timeout_s, limits.memory_mb) == ("local", 5, 64)

@@ -17,6 +17,7 @@ from berth.api.metrics import Metrics
 from berth.api.sse import TurnEventLog
 from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import EmbedderConfig
+from berth.config.models.bundles import BundleExec
 from berth.config.models.gateway import GatewayDescriptor
 from berth.default_plugins.storage.embedded import EmbeddedStorageBackend
 from berth.default_plugins.storage.sqlite import SqliteConversationStore
@@ -76,7 +77,7 @@ class HostServices:
         # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
         self.admission = Admission(lambda: self.config.descriptors.gateway, MemoryCounters(), self.metrics)
         self._runners: dict[tuple[str, str], TurnRunner] = {}
-        self.execution = Execution(plugins.exec_backends())
+        self.execution = Execution(plugins.exec_backends(), bundle_exec=self._bundle_exec)
         self.storage: EmbeddedStorageBackend | None = None
         self.store: SqliteConversationStore | None = None
         self.memory_index: SqliteMemoryIndex | None = None
@@ -101,6 +102,11 @@ class HostServices:
     def config(self) -> Configuration:
         """The configuration bundles were loaded with."""
         return self.registry.config
+
+    def _bundle_exec(self, bundle_id: str) -> BundleExec | None:
+        """The operator's exec profiles for a bundle, from the descriptors now serving."""
+        entry = self.config.descriptors.bundles.bundles.get(bundle_id)
+        return entry.exec if entry is not None else None
 
     async def start(self) -> None:
         """Load bundles, open storage and prepare the model providers."""

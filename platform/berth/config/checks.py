@@ -30,6 +30,7 @@ def cross_file_problems(descriptors: DescriptorSet, secret_providers: Iterable[s
         *_secret_ref_problems(descriptors),
         *_secret_source_problems(descriptors, providers),
         *_effective_settings_problems(descriptors),
+        *_bundle_exec_problems(descriptors),
     ]
 
 
@@ -97,6 +98,27 @@ def _bundle_scope_problems(descriptors: DescriptorSet) -> Iterator[DescriptorPro
                     BUNDLES,
                     (*base, "props", bundle_id),
                     f"props for bundle '{bundle_id}', which this scope does not use (its bundles: {_known(visible)})",
+                )
+
+
+def _bundle_exec_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    """A bundle's exec profiles must be defined somewhere: on the platform, or by a tenant or project."""
+    assembly = descriptors.assembly
+    defined = set(assembly.platform.exec.profiles)
+    for tenant in assembly.tenants.values():
+        overrides = [tenant.exec, *(project.exec for project in tenant.projects.values())]
+        for override in overrides:
+            defined.update(getattr(override, "profiles", None) or {})
+    for bundle_id, entry in descriptors.bundles.bundles.items():
+        if entry.exec is None:
+            continue
+        base: tuple[Any, ...] = ("bundles", bundle_id, "exec")
+        named = [((*base, "profile"), entry.exec.profile)] if entry.exec.profile else []
+        named += [((*base, "profiles", index), name) for index, name in enumerate(entry.exec.profiles)]
+        for path, name in named:
+            if name not in defined:
+                yield _problem(
+                    descriptors, BUNDLES, path, f"exec profile '{name}' is not defined (known: {_known(defined)})"
                 )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from berth.config.models.assembly import ExecConfig
+from berth.config.models.bundles import BundleExec
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecService
 from berth.execution.sandbox import ExecBackend
@@ -30,7 +31,20 @@ class Execution:
 
     backends: Mapping[str, ExecBackendFactory]
     service: ExecService = field(default_factory=ExecService)
+    bundle_exec: Callable[[str], BundleExec | None] = field(default=lambda _bundle_id: None, repr=False)
+    """The operator's choice of profiles per bundle (``bundles.<id>.exec`` of ``bundles.yaml``)."""
     _built: dict[str, ExecBackend] = field(default_factory=dict, repr=False)
+
+    def options_for(self, bundle_id: str, author_options: Mapping[str, Any]) -> dict[str, Any]:
+        """The bundle's exec options: ``bundles.yaml``'s ``exec`` (the operator's) over its ``ToolPack`` options."""
+        options = dict(author_options)
+        chosen = self.bundle_exec(bundle_id)
+        if chosen is not None:
+            if chosen.profile:
+                options["profile"] = chosen.profile
+            if chosen.profiles:
+                options["profiles"] = list(chosen.profiles)
+        return options
 
     def backend(self, config: ExecConfig, profile: str) -> tuple[ExecBackend, ExecLimits]:
         """The backend and limits of ``profile`` in ``config`` (one backend object per distinct profile)."""

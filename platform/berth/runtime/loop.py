@@ -637,7 +637,8 @@ class TurnRunner:
             if self._execution is None:
                 toolbox.inactive[TOOL_ID] = "isolated execution is not enabled on this host"
             else:
-                toolbox.add(exec_tool(self._execution, context.settings.exec, exec_options, toolbox, scoped.specs))
+                options = self._execution.options_for(generation.bundle_id, exec_options)
+                toolbox.add(exec_tool(self._execution, context.settings.exec, options, toolbox, scoped.specs))
         toolbox.restrict(allowed)
         return toolbox
 

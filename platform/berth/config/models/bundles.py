@@ -25,12 +25,20 @@ class BundleSource(DescriptorModel):
         return self
 
 
+class BundleExec(DescriptorModel):
+    """Which exec profiles a bundle's ``exec.python`` uses: the operator's choice, over the bundle author's."""
+
+    profile: str | None = Field(None, description="the profile its runs use (a name in platform.exec.profiles)")
+    profiles: list[str] = Field(default_factory=list, description="other profiles the model may choose")
+
+
 class BundleEntry(DescriptorModel):
-    """One bundle: its source, whether to watch it for changes, and its platform-wide props."""
+    """One bundle: its source, whether to watch it for changes, its platform-wide props and exec profiles."""
 
     source: BundleSource
     watch: bool = Field(False, description="reload on file changes (folder bundles, development)")
     props: dict[str, Any] = Field(default_factory=dict, description="overrides of the bundle's props model")
+    exec: BundleExec | None = Field(None, description="exec profiles for the bundle's exec.python runs")
 
 
 class ScopeBundles(DescriptorModel):
