@@ -89,43 +89,31 @@ async def load_generation(
 ) -> BundleGeneration:
     """Import and validate generation ``number`` of ``bundle_id``; the caller swaps it in."""
     imported = import_bundle(bundle_id, number, entry, config)
+    loop = BundleLoop(f"bundle {bundle_id} generation {number}")
     try:
-        return await _validate(bundle_id, number, entry, config, imported, known_tool_packs, load_timeout_s)
+        manager = _bundle_manager(bundle_id, number, imported)
+        return await _validate(
+            bundle_id, number, entry, config, imported, known_tool_packs, load_timeout_s, manager, loop
+        )
     except BaseException:
+        await loop.aclose()
         if entry.source.path is not None:
             purge_modules(imported.package)
         raise
 
 
-async def _validate(
-    bundle_id: str,
-    number: int,
-    entry: BundleEntry,
-    config: Configuration,
-    imported: ImportedBundle,
-    known_tool_packs: Collection[str] | None,
-    load_timeout_s: float,
-) -> BundleGeneration:
-    roots = list(imported.roots)
-
-    def failure(code: str, exc: BaseException, context: str) -> BundleLoadError:
-        return BundleLoadError(load_error_from_exception(code, exc, roots, context))
-
+def _bundle_manager(bundle_id: str, number: int, imported: ImportedBundle) -> pluggy.PluginManager:
+    """The generation's own plugin manager with the bundle registered (its hooks validated)."""
     try:
-        manager = new_bundle_manager(imported.plugin, f"{bundle_id}.g{number}")
+        return new_bundle_manager(imported.plugin, f"{bundle_id}.g{number}")
     except (pluggy.PluginValidationError, ValueError) as exc:
-        raise failure("bundle_hooks_invalid", exc, "hook implementations do not match berth's hookspecs") from None
-    loop = BundleLoop(f"bundle {bundle_id} generation {number}")
-    try:
-        return await _validate_with(
-            bundle_id, number, entry, config, imported, known_tool_packs, load_timeout_s, manager, loop
+        error = load_error_from_exception(
+            "bundle_hooks_invalid", exc, list(imported.roots), "hook implementations do not match berth's hookspecs"
         )
-    except BaseException:
-        await loop.aclose()
-        raise
+        raise BundleLoadError(error) from None
 
 
-async def _validate_with(
+async def _validate(
     bundle_id: str,
     number: int,
     entry: BundleEntry,

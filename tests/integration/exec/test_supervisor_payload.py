@@ -12,7 +12,13 @@ import pytest
 import yaml
 
 from berth.config import Configuration
-from berth.execution.payload import LaunchPayload, filter_descriptors, materialize, payload_environment
+from berth.execution.payload import (
+    LaunchPayload,
+    PayloadScope,
+    filter_descriptors,
+    materialize,
+    payload_environment,
+)
 from berth_exec.tools import SupervisorClient, ToolCallError
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
@@ -46,13 +52,18 @@ def documents_of(folder: Path) -> dict[str, Any]:
     return {name: document.data for name, document in config.descriptors.documents.items()}
 
 
-def test_active_bundle_scope_leaves_out_other_bundles_tenants_and_keys(descriptors: Path, tmp_path: Path) -> None:
+def materialized(descriptors: Path, folder: Path, scope: PayloadScope) -> tuple[Path, str]:
+    """The supervisor's descriptor folder for hello in acme/support, and all its text."""
     chosen = filter_descriptors(
-        documents_of(descriptors), tenant="acme", project="support", bundle_id="hello", scope="active_bundle"
+        documents_of(descriptors), tenant="acme", project="support", bundle_id="hello", scope=scope
     )
     payload = LaunchPayload("ex_1", "token", "acme", "support", "hello", 61000, "/run/berth/supervisor.sock")
-    folder = materialize(payload_environment(payload, chosen), tmp_path / "materialized")
-    text = "\n".join(path.read_text() for path in sorted(folder.iterdir()))
+    materialize(payload_environment(payload, chosen), folder)
+    return folder, "\n".join(path.read_text() for path in sorted(folder.iterdir()))
+
+
+def test_active_bundle_scope_leaves_out_other_bundles_tenants_and_keys(descriptors: Path, tmp_path: Path) -> None:
+    folder, text = materialized(descriptors, tmp_path / "materialized", "active_bundle")
     for absent in ("docs-shared-2222", "docs-acme-4444", "docs-globex-5555", "globex", "ops-copilot", "internal",
                    "sha256", "docs"):  # fmt: skip
         assert absent not in text, absent
@@ -66,12 +77,7 @@ def test_active_bundle_scope_leaves_out_other_bundles_tenants_and_keys(descripto
 
 
 def test_full_scope_gives_everything(descriptors: Path, tmp_path: Path) -> None:
-    chosen = filter_descriptors(
-        documents_of(descriptors), tenant="acme", project="support", bundle_id="hello", scope="full"
-    )
-    payload = LaunchPayload("ex_1", "token", "acme", "support", "hello", 61000, "/run/berth/supervisor.sock")
-    folder = materialize(payload_environment(payload, chosen), tmp_path / "materialized")
-    text = "\n".join(path.read_text() for path in sorted(folder.iterdir()))
+    _, text = materialized(descriptors, tmp_path / "materialized", "full")
     for present in ("docs-shared-2222", "docs-globex-5555", "globex", "ops-copilot", "sha256"):
         assert present in text, present
 
