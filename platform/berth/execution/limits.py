@@ -41,11 +41,21 @@ class LimitHit:
 
 
 def limit_from_outcome(
-    limits: ExecLimits, *, timed_out: bool, exit_code: int | None, killed_by: int | None, stderr_tail: str
+    limits: ExecLimits,
+    *,
+    timed_out: bool,
+    exit_code: int | None,
+    killed_by: int | None,
+    stderr_tail: str,
+    out_of_memory: bool = False,
 ) -> LimitHit | None:
     """Which limit (if any) ended a run, from how it ended and the end of its stderr."""
     if timed_out:
         return LimitHit("timeout", "timeout_s", f"the program ran over its wall time of {limits.timeout_s:g} s")
+    if out_of_memory:
+        return LimitHit(
+            "memory_limit", "memory_mb", f"the program's processes went over their {limits.memory_mb} MiB together"
+        )
     if killed_by == signal.SIGXCPU or (killed_by == signal.SIGKILL and "SIGXCPU" in stderr_tail):
         return LimitHit("cpu_limit", "cpu_s", f"the program used its {limits.cpu_s} s of CPU time")
     if killed_by == signal.SIGXFSZ or "File too large" in stderr_tail:

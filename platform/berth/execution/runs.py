@@ -206,6 +206,7 @@ def build_envelope(
             exit_code=outcome.exit_code,
             killed_by=outcome.killed_by,
             stderr_tail=stderr_tail,
+            out_of_memory=outcome.out_of_memory,
         )
         if hit is not None:
             error = ExecError(hit.code, hit.message, hit.limit)

@@ -90,6 +90,8 @@ class SandboxOutcome:
     isolation: str
     failure: str | None = None
     """Set when the sandbox itself could not start (the program never ran)."""
+    out_of_memory: bool = False
+    """The kernel killed a process of the run for going over the run's memory limit (cgroup, container)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import berth_exec
+from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable
 from berth.execution.limits import MIB
 from berth.execution.sandbox import (
     PROGRAM_NAME,
@@ -74,14 +76,21 @@ class LocalBackend:
 
     name = BACKEND_NAME
 
-    def __init__(self, *, isolation: Isolation = "auto", python: str = "/usr/bin/python3") -> None:
+    def __init__(
+        self, *, isolation: Isolation = "auto", python: str = "/usr/bin/python3", use_cgroups: bool = True
+    ) -> None:
         self.requested = isolation
         self.python = python
+        self.use_cgroups = use_cgroups and os.geteuid() == 0
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any]) -> LocalBackend:
         """Build from a ``local`` profile's options (``isolation``, ``python``)."""
-        return cls(isolation=profile.get("isolation", "auto"), python=profile.get("python", "/usr/bin/python3"))
+        return cls(
+            isolation=profile.get("isolation", "auto"),
+            python=profile.get("python", "/usr/bin/python3"),
+            use_cgroups=profile.get("cgroups", True),
+        )
 
     @property
     def isolation(self) -> str:
@@ -98,6 +107,23 @@ class LocalBackend:
         """
         isolation = self.isolation
         argv, env = self.command(request, isolation)
+        cgroup = RunCgroup.prepare(request.limits, request.uid) if self.use_cgroups else None
+        if cgroup is not None:
+            argv, joining = cgroup.wrap(argv)
+            env = {**env, **joining}
+        out_of_memory = False
+        try:
+            outcome = await self._spawn(request, argv, env, isolation)
+        finally:
+            if cgroup is not None:
+                out_of_memory = cgroup.out_of_memory()
+        if out_of_memory and not outcome.timed_out:
+            outcome = dataclasses.replace(outcome, out_of_memory=True)
+        return outcome
+
+    async def _spawn(
+        self, request: SandboxRequest, argv: list[str], env: dict[str, str], isolation: str
+    ) -> SandboxOutcome:
         folder = request.folder
         program = f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}" if isolation == "bwrap" else str(folder.program)
         launch = launch_lines(request.token, program, request.limits.launch_limits()).encode()
@@ -191,6 +217,13 @@ class LocalBackend:
                 )
             )
         findings.append(DoctorFinding("python in the sandbox", Path(self.python).is_file(), self.python))
+        findings.append(
+            DoctorFinding(
+                "cgroup v1 limits (memory of all processes, pids, CPU)",
+                self.use_cgroups and cgroups_writable(),
+                "writable" if cgroups_writable() else "/sys/fs/cgroup/{memory,pids,cpu} not writable: rlimits only",
+            )
+        )
         findings.append(
             DoctorFinding(
                 "isolation",
