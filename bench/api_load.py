@@ -2,7 +2,7 @@
 
 Berth (``berth run`` with the scripted model, embedded storage, auth none) against a bare FastAPI app that
 streams the same SSE bytes as a plain ``StreamingResponse`` — each server in its own process on loopback,
-the load generator in this one. The load generator is :mod:`loadgen`: raw HTTP/1.1 on one keep-alive
+the load generator in this one. The load generator is :mod:`_loadgen`: raw HTTP/1.1 on one keep-alive
 connection per simulated user, opened before the clock starts (httpx cost more CPU per request than the
 bare endpoint does, so with it the baseline measured the client; and 200 simultaneous connects put the
 listen backlog, not the server, into the p99). Two measurements per arm:
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from loadgen import Connection, HttpError, first_answer_delta
+from _loadgen import Connection, HttpError, first_answer_delta
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWER = (
@@ -297,7 +297,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2, help="turns per user in the throughput run")
     parser.add_argument("--rate", type=float, default=50.0, help="arrivals per second in the latency run")
     parser.add_argument("--arrivals", type=int, default=400, help="turns in the latency run")
+    parser.add_argument("--quick", action="store_true", help="10 users, 1 turn, 20 arrivals: a smoke test")
     args = parser.parse_args()
+    if args.quick:
+        args.conversations, args.turns, args.arrivals = 10, 1, 20
     with tempfile.TemporaryDirectory() as tmp:
         berth, berth_port, bare, bare_port, frames = start_servers(Path(tmp))
         try:
@@ -329,7 +332,7 @@ def main() -> None:
                 process.terminate()
                 process.wait(20)
     print(f"machine: {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}")
-    print(f"one uvicorn worker each side, {frames} SSE frames per turn, load generator: bench/loadgen.py\n")
+    print(f"one uvicorn worker each side, {frames} SSE frames per turn, load generator: bench/_loadgen.py\n")
     header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "errors"]
     print(f"throughput: {args.conversations} users x {args.turns} turns back to back")
     print_table([header, bare_run.row(), berth_run.row(), streamed_run.row()])

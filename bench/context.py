@@ -274,7 +274,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="4 turns x 2 rounds: a smoke test of the script")
     options = parser.parse_args()
+    if options.quick:
+        options.turns, options.rounds = 4, 2
 
     strategies: dict[str, Strategy] = {
         "berth checkpoints": berth_checkpoints,

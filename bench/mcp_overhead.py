@@ -215,7 +215,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="calls per side on open sessions")
     parser.add_argument("--per-call-calls", type=int, default=10, help="calls per side for stdio per_call")
     parser.add_argument("--http-per-call-calls", type=int, default=100, help="calls per side for HTTP per_call")
+    parser.add_argument("--quick", action="store_true", help="20/2/5 calls: a smoke test of the script")
     options = parser.parse_args()
+    if options.quick:
+        options.calls, options.per_call_calls, options.http_per_call_calls = 20, 2, 5
     print(f"python {platform.python_version()} on {platform.machine()}, {time.strftime('%Y-%m-%d %H:%M')}")
     rows = asyncio.run(run(options.calls, options.per_call_calls, options.http_per_call_calls))
     print(render(rows))

@@ -467,7 +467,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=True,
         help="let Python write __pycache__ as it does by default (--no-bytecode-cache: PYTHONDONTWRITEBYTECODE=1)",
     )
+    parser.add_argument("--quick", action="store_true", help="3 saves per arm, 2 callers: a smoke test of the script")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.reloads, args.callers, args.pause_ms = 3, 2, 50
     sys.dont_write_bytecode = not args.bytecode_cache
     asyncio.run(run(args.reloads, args.callers, args.pause_ms / 1000, args.timeout_s, args.bytecode_cache))
 

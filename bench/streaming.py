@@ -17,6 +17,7 @@ baseline and Berth emit the same text for the document.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import re
 import time
@@ -205,8 +206,15 @@ def row(chunk_label: str, name: str, seconds: float, nbytes: int, nchunks: int, 
 
 
 def main() -> None:
-    document = make_document(60 * 1024)
-    large = make_document(2 * 1024 * 1024)
+    """Parse the options, check both sides agree, measure, print."""
+    global REPEATS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="smaller responses, 1 run: a smoke test of the script")
+    options = parser.parse_args()
+    if options.quick:
+        REPEATS = 1
+    document = make_document((6 if options.quick else 60) * 1024)
+    large = make_document((128 if options.quick else 2048) * 1024)
     nbytes, large_bytes = len(document.encode()), len(large.encode())
     for size in (16, 1024):
         if run_baseline(chunked(document, size)) != run_renderer(chunked(document, size)):

@@ -545,7 +545,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--cpu", type=int, default=-1, help="run on this one CPU (default: the last one; -2: wherever the OS puts it)"
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="1 run of smaller scenarios in 1 session: a smoke test of the script"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        global TURN_ROUNDS, LONG_TURNS, LONG_ROUNDS
+        args.repeat, args.sessions = 1, 1
+        TURN_ROUNDS, LONG_TURNS, LONG_ROUNDS = (10, 100), 3, 2
     logging.disable(logging.WARNING)
     os.environ.setdefault("LANGSMITH_TRACING", "false")
     pinned = pin_to_cpu(args.cpu)

@@ -1,5 +1,7 @@
 """A small load generator for SSE endpoints: raw HTTP/1.1 over keep-alive asyncio connections.
 
+A module the bench scripts import, not a script (hence the underscore).
+
 httpx costs the load generator more CPU per request than a bare uvicorn endpoint costs the server, so on
 a two-core machine a load generator built on it measures itself. This client does only what the
 benchmark needs — write a request, read the status line and headers, read a ``Content-Length`` or
