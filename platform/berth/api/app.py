@@ -11,15 +11,16 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from berth import __version__
 from berth.api.body_limit import BodyLimitMiddleware
 from berth.api.errors import install_error_handlers
+from berth.api.header_limit import HeaderLimitMiddleware
 from berth.api.heap import HeapGovernor
 from berth.api.mcp_server import McpEndpoint
 from berth.api.routes import admin, bundles, conversations, ops
+from berth.api.safe_paths import SafeStaticFiles
 from berth.api.services import HostServices
 from berth.config import Configuration, find_descriptors_dir
 from berth.host.plugins import PlatformPlugins
@@ -90,7 +91,7 @@ def create_app(
     install_error_handlers(app)
     for router in (ops.router, conversations.router, bundles.router, admin.router):
         app.include_router(router)
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", SafeStaticFiles(directory=STATIC), name="static")
     app.router.routes.append(mcp_endpoint.route())
 
     app.add_middleware(BodyLimitMiddleware, gateway=host.current_gateway)
@@ -99,6 +100,7 @@ def create_app(
     origins = _cors_origins(host)
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(HeaderLimitMiddleware)  # outermost: before anything walks the headers
     return app
 
 

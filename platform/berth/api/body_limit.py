@@ -1,9 +1,9 @@
 """Request body limits: ``gateway.yaml``'s ``max_body_bytes`` of the tenant a request is for, on every route.
 
 A pure ASGI middleware, so the limit holds before any route reads a byte: a declared ``Content-Length``
-over the limit is answered **413** at once; a body sent without one (chunked) is counted as it arrives and
-the read that crosses the limit fails with the same error (through the app's error handlers, so the
-client still gets the JSON error and nothing is stored).
+over the limit is answered **413** at once; a body sent without one (chunked) is counted as it arrives, the
+read that crosses the limit fails (so no route stores anything), and the client gets the same 413
+``payload_too_large`` whatever the route made of the failed read.
 """
 
 from __future__ import annotations
@@ -65,17 +65,42 @@ class BodyLimitMiddleware:
             await JSONResponse(error_body(error.code, error.message), status_code=413)(scope, receive, send)
             return
         received = 0
+        overflowed = False
+        answered = False
 
         async def counted() -> Message:
-            nonlocal received
+            nonlocal received, overflowed
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    overflowed = True
                     raise _too_large(limit, limit, declared=False)
             return message
 
-        await self.app(scope, counted, send)
+        async def refuse() -> None:
+            nonlocal answered
+            answered = True
+            error = _too_large(limit, limit, declared=False)
+            await JSONResponse(error_body(error.code, error.message), status_code=413)(scope, receive, send)
+
+        async def guarded(message: Message) -> None:
+            # Whatever the app makes of the failed read (FastAPI answers "error parsing the body", 400), the
+            # client is told what happened: 413 payload_too_large.
+            nonlocal answered
+            if overflowed:
+                if not answered and message["type"] == "http.response.start":
+                    await refuse()
+                return
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, guarded)
+        except Exception:
+            if not overflowed or answered:
+                raise
+            await refuse()
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -12,7 +12,8 @@ from fastapi.responses import HTMLResponse, Response
 
 from berth.api.auth import Caller
 from berth.api.deps import caller, scoped_caller, services
-from berth.api.errors import SCOPED_ERRORS, ApiError, not_found
+from berth.api.errors import SCOPED_ERRORS, not_found
+from berth.api.safe_paths import file_under
 from berth.api.schemas import BundleOut, WidgetOut
 from berth.api.services import HostServices
 from berth.host.generation import BundleGeneration
@@ -81,14 +82,9 @@ def widget_file(bundle_id: str, alias: str, path: str, host: Services) -> Respon
             raise not_found(f"widget file {path}")
         return HTMLResponse(widget.html)
     assert widget.static_dir is not None
-    root = Path(widget.static_dir).resolve()
-    target = (root / (path or "index.html")).resolve()
-    if "\x00" in path or not target.is_relative_to(root):
-        raise ApiError(404, "not_found", "widget file not found")
-    if target.is_dir():
-        target = target / "index.html"
-    if not target.is_file():
-        raise not_found(f"widget file {path}")
+    target = file_under(Path(widget.static_dir), path)
+    if target is None:
+        raise not_found(f"widget file {path[:200]!r}")
     mime = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
     return Response(target.read_bytes(), media_type=mime, headers={"X-Content-Type-Options": "nosniff"})
 

@@ -31,7 +31,14 @@ CREATE INDEX IF NOT EXISTS feedback_period ON feedback (tenant, project, created
 
 
 def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat()
+    """``value`` in UTC as ISO text (a naive time is taken as UTC); a bound past year 1 or 9999 is clamped there."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC).isoformat()
+    except (OverflowError, ValueError):
+        edge = datetime.min if value.year < 2 else datetime.max
+        return edge.replace(tzinfo=UTC).isoformat()
 
 
 def _time(value: str) -> datetime:
