@@ -21,6 +21,7 @@ from berth.api.heap import HeapGovernor
 from berth.api.mcp_server import McpEndpoint
 from berth.api.routes import admin, bundles, conversations, ops
 from berth.api.safe_paths import SafeStaticFiles
+from berth.api.security_headers import SecurityHeadersMiddleware
 from berth.api.services import HostServices
 from berth.config import Configuration, find_descriptors_dir
 from berth.host.plugins import PlatformPlugins
@@ -100,6 +101,7 @@ def create_app(
     origins = _cors_origins(host)
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(HeaderLimitMiddleware)  # outermost: before anything walks the headers
     return app
 

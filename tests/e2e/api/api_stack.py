@@ -39,12 +39,13 @@ def write_stack_descriptors(
     auth: str = "api_keys",
     gateway: dict[str, Any] | None = None,
     bundles_secrets: dict[str, Any] | None = None,
+    platform: dict[str, Any] | None = None,
 ) -> Path:
     """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure);
-    ``bundles_secrets`` is ``bundles.secrets.yaml``."""
+    ``bundles_secrets`` is ``bundles.secrets.yaml``; ``platform`` adds sections to ``assembly.yaml``'s platform."""
     root.mkdir(parents=True, exist_ok=True)
     assembly = {
-        "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}},
+        "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}, **(platform or {})},
         "tenants": {"acme": {"projects": {"support": {}, "sales": {}}}, "globex": {"projects": {"research": {}}}},
     }
     bundles = bundles or {"hello": {"source": {"entry_point": "hello"}}}
@@ -142,9 +143,12 @@ async def api_stack(
     govern_heap: bool = False,
     gateway: dict[str, Any] | None = None,
     bundles_secrets: dict[str, Any] | None = None,
+    platform: dict[str, Any] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
-    descriptors = write_stack_descriptors(tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets)
+    descriptors = write_stack_descriptors(
+        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform
+    )
     services = build_services(descriptors, var_root=tmp_path / "var")
     app = create_app(services=services, govern_heap=govern_heap)
     # a real server on loopback: httpx's ASGI transport buffers whole responses, so it cannot stream SSE

@@ -175,7 +175,7 @@ async def test_ops_endpoints_and_a_valid_openapi_document(tmp_path: Path) -> Non
         ready = await stack.client.get("/readyz")
         assert ready.status_code == 200
         assert ready.json()["checks"]["bundles"] == ["hello"]
-        metrics = (await stack.client.get("/metrics")).text
+        metrics = (await stack.client.get("/metrics", headers=stack.auth("admin"))).text
         for name in (
             "berth_turns_total",
             "berth_rounds_total",

@@ -34,7 +34,7 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 
 async def metrics(stack: ApiStack) -> str:
-    return (await stack.client.get("/metrics")).text
+    return (await stack.client.get("/metrics", headers=stack.auth("admin"))).text
 
 
 @asynccontextmanager

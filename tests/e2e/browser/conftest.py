@@ -108,7 +108,9 @@ def page_errors() -> PageErrors:
 @pytest.fixture
 def page(browser: Browser, page_errors: PageErrors) -> Iterator[Page]:
     """A fresh browser context (empty local storage) and page; fails the test on uncaught script errors."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
+    # Playwright's string predicates (wait_for_function) are evaluated in the page, which the UI's CSP forbids;
+    # test_browser_hardening.py drives the UI with its policy enforced, without them.
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US", bypass_csp=True)
     context.set_default_timeout(10_000)
     opened = context.new_page()
     opened.on("pageerror", lambda error: page_errors.errors.append(str(error)))

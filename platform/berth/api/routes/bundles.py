@@ -86,7 +86,7 @@ def widget_file(bundle_id: str, alias: str, path: str, host: Services) -> Respon
     if target is None:
         raise not_found(f"widget file {path[:200]!r}")
     mime = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-    return Response(target.read_bytes(), media_type=mime, headers={"X-Content-Type-Options": "nosniff"})
+    return Response(target.read_bytes(), media_type=mime)  # hardening headers: berth.api.security_headers
 
 
 _OPS_APPS: dict[tuple[str, int, str, str], FastAPI | None] = {}

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
 
+from berth.api.auth import authenticate, require_admin
 from berth.api.deps import services
+from berth.api.errors import error_responses
 from berth.api.schemas import Readiness
 from berth.api.services import HostServices
 
@@ -39,11 +41,16 @@ async def readyz(host: Services) -> JSONResponse:
 
 @router.get(
     "/metrics",
-    response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {}}, "description": "the Prometheus text exposition"}},
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "the Prometheus text exposition"},
+        **error_responses(401, 403),
+    },
 )
-async def metrics(host: Services) -> Response:
-    """Prometheus text format."""
+async def metrics(request: Request, host: Services) -> Response:
+    """Prometheus text format. It names every tenant, so by default only an admin key reads it
+    (``platform.metrics.access`` of ``assembly.yaml``: ``admin`` or ``open``)."""
+    if host.config.descriptors.assembly.platform.metrics.access != "open":
+        require_admin(authenticate(request, host.config.descriptors))
     return Response(host.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -194,6 +194,15 @@ class EmbedderConfig(DescriptorModel):
     model: str | None = None
 
 
+class MetricsConfig(DescriptorModel):
+    """Who may read ``/metrics`` (it names every tenant and its usage)."""
+
+    access: Literal["admin", "open"] = Field(
+        "admin",
+        description="admin: an API key with the admin role (Authorization: Bearer …); open: anyone who reaches it",
+    )
+
+
 class PlatformConfig(DescriptorModel):
     """The ``platform:`` section: settings every tenant inherits."""
 
@@ -202,6 +211,7 @@ class PlatformConfig(DescriptorModel):
     react: ReactConfig = Field(default_factory=ReactConfig)
     exec: ExecConfig = Field(default_factory=ExecConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     secret_providers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="options per secret-provider plugin, e.g. aws-sm: {region: ...}"
     )

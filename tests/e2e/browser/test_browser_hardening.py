@@ -1,0 +1,72 @@
+"""The web UI under its Content-Security-Policy, and widgets that can never reach the UI's origin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+from web_ui_kit import BerthHost
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, ConsoleMessage, Page
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def strict_page(browser: Browser) -> Iterator[Page]:
+    """A page with the site's Content-Security-Policy enforced (the shared ``page`` fixture bypasses it)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
+    context.set_default_timeout(10_000)
+    yield context.new_page()
+    context.close()
+
+
+def sign_in(page: Page, host: BerthHost) -> None:
+    page.goto(host.url + "/")
+    page.wait_for_selector("#login-form", state="visible")
+    page.fill("#login-key", "acme-web-dev-key")
+    page.fill("#login-tenant", "acme")
+    page.fill("#login-project", "support")
+    page.click("#login-form button[type='submit']")
+    page.wait_for_selector("body[data-ready='true']")
+
+
+def test_the_ui_works_under_its_policy_without_a_single_violation(strict_page: Page, keyed_host: BerthHost) -> None:
+    page = strict_page
+    refused: list[str] = []
+
+    def watch(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text or "Refused to" in message.text:
+            refused.append(message.text)
+
+    page.on("console", watch)
+    sign_in(page, keyed_host)
+    page.select_option("#bundle-select", "hello")
+    page.fill("#composer-input", "Hello there")
+    page.press("#composer-input", "Enter")
+    page.wait_for_selector("article.turn[data-state='completed']")
+    widget = page.frame_locator("#widgets iframe")
+    widget.locator("input[name='name']").fill("Ada")
+    widget.locator("button").click()
+    assert widget.locator("#out").inner_text() == "Hello, Ada!"  # the widget's own script runs, sandboxed
+    assert refused == []
+
+
+def test_a_widget_opened_directly_cannot_read_the_uis_storage(strict_page: Page, keyed_host: BerthHost) -> None:
+    page = strict_page
+    sign_in(page, keyed_host)
+    assert page.evaluate("localStorage.getItem('berth.apiKey')") == "acme-web-dev-key"
+    page.goto(keyed_host.url + "/b/hello/widgets/greeter/")
+    page.wait_for_selector("#greet")
+    probe = page.evaluate(
+        """() => {
+            let storage;
+            try { storage = localStorage.getItem('berth.apiKey'); }
+            catch (error) { storage = 'blocked: ' + error.name; }
+            return {origin: window.origin, storage};
+        }"""
+    )
+    assert probe["origin"] == "null"  # an opaque origin: the sandbox, not the UI's
+    assert probe["storage"].startswith("blocked: SecurityError")
