@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from berth.api.admission import Admission, TurnAdmission
 from berth.api.errors import ApiError, not_found
@@ -30,9 +30,12 @@ from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
 from berth.host.runtime import HostRuntime
 from berth.logs import bound
+from berth.runtime.blocks import BlockType
 from berth.runtime.events import TurnEvent
-from berth.runtime.loop import TurnInput, TurnRunner
+from berth.runtime.loop import TurnInput, TurnRunner, record_block
 from berth.runtime.memory import Embedder, MemorySearch
+from berth.runtime.persistence import block_record
+from berth.storage.conversations import StorageError
 from berth.storage.scope import ConversationScope
 
 log = logging.getLogger(__name__)
@@ -207,6 +210,11 @@ class HostServices:
         self._admitting.add(turn_id)
         try:
             admitted = await self.admission.admit_turn(scope.tenant, turn_id)
+            try:
+                await self._accept(scope, turn_id, message)
+            except BaseException:
+                await admitted.release()
+                raise
         except BaseException:
             self._busy.pop(key, None)
             raise
@@ -239,6 +247,7 @@ class HostServices:
                     await admitted.wait_for_slot()
                 except asyncio.CancelledError:
                     self._busy.pop(key, None)
+                    await self._end_unstarted(scope, turn_id, "cancelled")
                     await emit(TurnEvent("turn.failed", {"code": "cancelled", "message": CANCELLED_WAITING}))
                     await running.log.close()
                     return
@@ -261,6 +270,7 @@ class HostServices:
                 await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
             except Exception as exc:
                 log.exception("turn %s failed", turn_id)
+                await self._end_unstarted(scope, turn_id, "failed")  # when it failed before it began
                 await running.log.append(
                     TurnEvent(
                         "turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"}
@@ -274,6 +284,29 @@ class HostServices:
         running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
         running.task.add_done_callback(lambda _: self._turn_ended(running, admitted))
         return running
+
+    async def _accept(self, scope: ConversationScope, turn_id: str, message: str) -> None:
+        """Store the turn as ``accepted``, with the user's message, before the client hears of it (202): if this
+        process dies before the turn begins, the next one finds it ``interrupted``, not gone."""
+        assert self.store is not None
+        now = datetime.now(UTC)
+        prompt = record_block(BlockType.USER_PROMPT, turn_id, "user.prompt", now, "user", text=message)
+        try:
+            await self.store.conversation(scope).accept_turn(turn_id, accepted_at=now, head=(block_record(prompt),))
+        except StorageError as error:
+            if error.code == "turn_exists":
+                raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used in this conversation") from None
+            raise
+
+    async def _end_unstarted(
+        self, scope: ConversationScope, turn_id: str, state: Literal["cancelled", "failed"]
+    ) -> None:
+        """Record the end of an accepted turn that never began (a no-op once it began: its commit records it)."""
+        assert self.store is not None
+        try:
+            await self.store.conversation(scope).end_unstarted_turn(turn_id, state=state, ended_at=datetime.now(UTC))
+        except Exception:  # the turn's end is reported to the client anyway; the next load tidies the record
+            log.warning("could not record the end of turn %s", turn_id, exc_info=True)
 
     @staticmethod
     def _turn_ended(running: RunningTurn, admitted: TurnAdmission) -> None:
@@ -318,6 +351,28 @@ class HostServices:
         if running is None or running.scope != scope:
             raise not_found(f"turn {turn_id}")
         return running
+
+    async def stored_turn_end(self, scope: ConversationScope, turn_id: str) -> TurnEvent:
+        """The last event of a turn this process does not hold (it ran before a restart), from its stored record.
+
+        A turn that was acknowledged or running when its process died is ``interrupted`` (the load that reads
+        it records so): ``turn.failed {code: interrupted}``. A committed turn ends as it did: ``turn.completed
+        {turn_id, outcome, replayed: true}`` (its answer is in the conversation) or ``turn.failed {code}``.
+        """
+        assert self.store is not None
+        snapshot = await self.store.conversation(scope).load()
+        record = next((turn for turn in snapshot.turns if turn.turn_id == turn_id), None)
+        if record is None:
+            raise not_found(f"turn {turn_id}")
+        if record.state in ("interrupted", "running", "accepted"):
+            message = "the turn was interrupted: the process serving it stopped before it finished"
+            return TurnEvent("turn.failed", {"code": "interrupted", "message": message, "turn_id": turn_id})
+        if record.state == "completed":
+            outcome = record.exit_reason or "completed"
+            return TurnEvent("turn.completed", {"turn_id": turn_id, "outcome": outcome, "replayed": True})
+        return TurnEvent(
+            "turn.failed", {"code": record.state, "message": f"the turn {record.state}", "turn_id": turn_id}
+        )
 
     def _forget_old_turns(self) -> None:
         # Scanning every turn costs what the table holds: only when it has grown well past the limit.

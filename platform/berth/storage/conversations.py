@@ -47,7 +47,7 @@ __all__ = [
     "TurnUsage",
 ]
 
-TurnState: TypeAlias = Literal["running", "completed", "interrupted", "failed", "cancelled"]
+TurnState: TypeAlias = Literal["accepted", "running", "completed", "interrupted", "failed", "cancelled"]
 StorageErrorCode: TypeAlias = Literal[
     "turn_not_found",
     "turn_not_running",
@@ -274,12 +274,27 @@ class ConversationHandle(Protocol):
         """
         ...
 
+    async def accept_turn(self, turn_id: str, *, accepted_at: datetime, head: tuple[BlockRecord, ...]) -> None:
+        """Record a turn the API acknowledged but has not begun (``accepted``), with its head (the user's
+        message), before the client is told it exists: a process that dies before the turn begins leaves it
+        ``interrupted``, never gone.
+
+        :raises StorageError: ``turn_exists`` when the turn id is already used.
+        """
+        ...
+
+    async def end_unstarted_turn(self, turn_id: str, *, state: TurnState, ended_at: datetime) -> None:
+        """End an ``accepted`` turn that never began (cancelled while it waited, or failed to start).
+        Does nothing to a turn in any other state."""
+        ...
+
     async def begin_turn(
         self, turn_id: str, *, started_at: datetime, generation: str | None, head: tuple[BlockRecord, ...]
     ) -> None:
-        """Record a new ``running`` turn and its head blocks (round 0 of its log).
+        """Record a new ``running`` turn and its head blocks (round 0 of its log); an ``accepted`` turn of that
+        id becomes ``running``, its head replaced.
 
-        :raises StorageError: ``turn_exists`` when the turn id is already used.
+        :raises StorageError: ``turn_exists`` when the turn id is already used by a turn that is not ``accepted``.
         """
         ...
 

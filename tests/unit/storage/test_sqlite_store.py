@@ -16,7 +16,14 @@ from berth.default_plugins.storage.sqlite import DATABASE_FILE, SqliteConversati
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, block_record, restore_conversation
 from berth.runtime.sources import Source, SourceRow, SourcesPool
 from berth.runtime.timeline import Timeline
-from berth.storage.conversations import ArtifactWrite, LoggedBlock, StorageError, TimelineChange, TurnCommit
+from berth.storage.conversations import (
+    ArtifactWrite,
+    BlockRecord,
+    LoggedBlock,
+    StorageError,
+    TimelineChange,
+    TurnCommit,
+)
 from berth.storage.scope import ConversationScope, OwnerScope
 
 run = asyncio.run
@@ -372,3 +379,52 @@ def test_sources_rows_are_written_only_when_they_change(
     snapshot = run(handle.load())
     rows = [SourceRow.model_validate_json(record.json) for record in snapshot.sources]
     assert [(row.sid, row.title) for row in rows] == [(1, "Now titled"), (2, "")]
+
+
+def prompt_only(turn_id: str) -> tuple[BlockRecord, ...]:
+    """What the API stores when it acknowledges a turn: the user's message alone."""
+    return tuple(block_record(b) for b in head(turn_id) if b.path.endswith("user.prompt"))
+
+
+def test_an_accepted_turn_of_a_stopped_process_comes_back_interrupted_with_the_message(
+    tmp_path: Path, scope: ConversationScope
+) -> None:
+    first = open_store(tmp_path / "var")
+    run(first.conversation(scope).accept_turn("turn_1", accepted_at=T0, head=prompt_only("turn_1")))
+    assert [t.state for t in run(first.conversation(scope).load()).turns] == ["accepted"], "its own: not interrupted"
+    run(first.aclose())  # the process stops before the turn begins
+
+    second = open_store(tmp_path / "var")
+    snapshot = run(second.conversation(scope).load())
+    assert [t.state for t in snapshot.turns] == ["interrupted"]
+    restored = run(restore_conversation(second.conversation(scope), now=T0))
+    assert [b.path for b in restored.timeline.blocks] == ["ar:turn_1.user.prompt", "ar:turn_1.turn.status"]
+    run(second.aclose())
+
+
+def test_an_accepted_turn_begins_with_its_full_head_and_ids_stay_unique(
+    store: SqliteConversationStore, scope: ConversationScope
+) -> None:
+    handle = store.conversation(scope)
+    run(handle.accept_turn("turn_1", accepted_at=T0, head=prompt_only("turn_1")))
+    with pytest.raises(StorageError) as twice:
+        run(handle.accept_turn("turn_1", accepted_at=T0, head=prompt_only("turn_1")))
+    assert twice.value.code == "turn_exists"
+    full_head = tuple(map(block_record, head("turn_1")))
+    run(handle.begin_turn("turn_1", started_at=T0, generation="g1", head=full_head))
+    log = run(handle.read_turn_log("turn_1"))
+    assert log.turn.state == "running"
+    assert [r.path for r in log.rounds[0].blocks] == [r.path for r in full_head]
+    with pytest.raises(StorageError) as again:
+        run(handle.begin_turn("turn_1", started_at=T0, generation="g1", head=full_head))
+    assert again.value.code == "turn_exists"
+
+
+def test_an_accepted_turn_that_never_began_can_be_ended(
+    store: SqliteConversationStore, scope: ConversationScope
+) -> None:
+    handle = store.conversation(scope)
+    run(handle.accept_turn("turn_1", accepted_at=T0, head=prompt_only("turn_1")))
+    run(handle.end_unstarted_turn("turn_1", state="cancelled", ended_at=T0))
+    [turn] = run(handle.load()).turns
+    assert (turn.state, turn.exit_reason) == ("cancelled", "cancelled")

@@ -29,7 +29,7 @@ from berth.api.schemas import (
     TurnStarted,
 )
 from berth.api.services import HostServices, new_id
-from berth.api.sse import parse_last_event_id
+from berth.api.sse import encode_frame, parse_last_event_id
 from berth.runtime.blocks import BlockType
 from berth.runtime.paths import FilePath, LogicalPathError, parse_path
 from berth.runtime.persistence import restore_conversation
@@ -114,7 +114,9 @@ async def get_conversation(
     assert host.store is not None and host.meta is not None
     handle = host.store.conversation(meta.scope)
     snapshot = await handle.load()
-    restored = await restore_conversation(handle, now=datetime.now(UTC)) if snapshot.version else None
+    restored = (
+        await restore_conversation(handle, now=datetime.now(UTC)) if snapshot.version or snapshot.uncommitted else None
+    )
     feedback = await host.meta.feedback_for(meta.scope)
     states = {turn.turn_id: turn for turn in snapshot.turns}
     turns: list[TurnOut] = []
@@ -264,12 +266,24 @@ def _event_stream(frames: AsyncIterator[bytes], headers: dict[str, str] | None =
 async def turn_events(
     tenant: str, project: str, conversation_id: str, turn_id: str, request: Request, who: ScopedCaller, host: Services
 ) -> StreamingResponse:
-    """The turn's events as SSE; reconnect with ``Last-Event-ID`` to resume without loss or duplicates."""
-    running = host.turn_in_scope(conversation_scope(who, tenant, project, conversation_id), turn_id)
+    """The turn's events as SSE; reconnect with ``Last-Event-ID`` to resume without loss or duplicates.
+
+    A turn this process does not hold (it ran before a restart) answers with its last event from the store:
+    ``turn.failed {code: interrupted}`` when the process serving it died, else how it ended.
+    """
+    scope = conversation_scope(who, tenant, project, conversation_id)
     after = parse_last_event_id(
         turn_id, request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     )
-    return _event_stream(running.log.frames(after))
+    running = host.turns.get(turn_id)
+    if running is not None and running.scope == scope:
+        return _event_stream(running.log.frames(after))
+    ended = await host.stored_turn_end(scope, turn_id)
+    return _event_stream(_single_frame(encode_frame(f"{turn_id}:{after + 1}", ended)))
+
+
+async def _single_frame(frame: bytes) -> AsyncIterator[bytes]:
+    yield frame
 
 
 @router.post("/conversations/{conversation_id}/turns/{turn_id}/cancel", status_code=202)

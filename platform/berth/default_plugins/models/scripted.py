@@ -7,6 +7,7 @@ response text, or a mapping::
     - text: "Hello"
       usage: {input_tokens: 1200, output_tokens: 3, cache_read_input_tokens: 1000}
       stop_reason: end_turn                                              # the default
+      delay_s: 0.5                                                       # answer after half a second
     - error: {code: rate_limited, message: "try later"}                 # raised instead of answering
 
 Each call consumes the next entry and streams its text in chunks of ``chunk_size`` characters (small by
@@ -20,6 +21,7 @@ is resolved against the working directory.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -100,6 +102,7 @@ class ScriptEntry(BaseModel):
     usage: Usage | None = None
     stop_reason: StopReason = "end_turn"
     error: ScriptedError | None = None
+    delay_s: float = Field(0.0, ge=0, le=60, description="wait this long before answering, like a slow model")
 
     @model_validator(mode="after")
     def _text_or_error(self) -> ScriptEntry:
@@ -215,6 +218,8 @@ class ScriptedProvider:
             )
         entry = self._entries[self._next]
         self._next += 1
+        if entry.delay_s:
+            await asyncio.sleep(entry.delay_s)
         if entry.error is not None:
             raise entry.error.to_error()
         text = entry.text or ""

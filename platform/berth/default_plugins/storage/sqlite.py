@@ -34,8 +34,9 @@ in thread switches and GIL hand-offs.
 Scoping comes from the bound :class:`~berth.storage.scope.ConversationScope`; folder names are its
 ids, which the scope already restricts to ``[A-Za-z0-9_-]``.
 
-Embedded mode is one process per root: a turn that is ``running`` in the database but was not begun by
-this store instance is reported (and recorded) as ``interrupted`` on the next load.
+Embedded mode is one process per root: a turn that is ``running`` (or ``accepted``: acknowledged by the API,
+not yet begun) in the database but was not begun by this store instance is reported (and recorded) as
+``interrupted`` on the next load.
 """
 
 from __future__ import annotations
@@ -344,7 +345,8 @@ class SqliteConversationHandle:
             return None
         running = set(self._store.running_turns(conversation))
         stalled = connection.execute(
-            "SELECT turn_id FROM turns WHERE conversation=? AND state='running' AND committed=0", (conversation,)
+            "SELECT turn_id FROM turns WHERE conversation=? AND state IN ('running', 'accepted') AND committed=0",
+            (conversation,),
         ).fetchall()
         connection.executemany(
             "UPDATE turns SET state='interrupted' WHERE conversation=? AND turn_id=?",
@@ -459,18 +461,64 @@ class SqliteConversationHandle:
 
         def work(connection: sqlite3.Connection) -> int:
             conversation = self._ensure_conversation(connection)
+            found = connection.execute(
+                "SELECT state FROM turns WHERE conversation=? AND turn_id=?", (conversation, turn_id)
+            ).fetchone()
+            if found is not None and found[0] != "accepted":
+                raise StorageError("turn_exists", f"turn {turn_id!r} was already begun; use a new turn id")
+            if found is None:
+                connection.execute(
+                    "INSERT INTO turns (conversation, turn_id, seq, state, started_at, generation)"
+                    " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'running', ?, ?)",
+                    (conversation, turn_id, conversation, _iso(started_at), generation),
+                )
+            else:
+                connection.execute(
+                    "UPDATE turns SET state='running', started_at=?, generation=? WHERE conversation=? AND turn_id=?",
+                    (_iso(started_at), generation, conversation, turn_id),
+                )
+                connection.execute(
+                    "DELETE FROM turn_log WHERE conversation=? AND turn_id=? AND round=0", (conversation, turn_id)
+                )
+            self._insert_blocks(connection, conversation, turn_id, 0, head)
+            self._store.mark_running(self._scope, conversation, turn_id, rounds=0)
+            return conversation
+
+        await self._store.database.write_now(work)
+
+    async def accept_turn(self, turn_id: str, *, accepted_at: datetime, head: tuple[BlockRecord, ...]) -> None:
+        """Record an ``accepted`` turn and its head; see :meth:`ConversationHandle.accept_turn`."""
+
+        def work(connection: sqlite3.Connection) -> int:
+            conversation = self._ensure_conversation(connection)
             if connection.execute(
                 "SELECT 1 FROM turns WHERE conversation=? AND turn_id=?", (conversation, turn_id)
             ).fetchone():
-                raise StorageError("turn_exists", f"turn {turn_id!r} was already begun; use a new turn id")
+                raise StorageError("turn_exists", f"turn {turn_id!r} is already used; use a new turn id")
             connection.execute(
-                "INSERT INTO turns (conversation, turn_id, seq, state, started_at, generation)"
-                " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'running', ?, ?)",
-                (conversation, turn_id, conversation, _iso(started_at), generation),
+                "INSERT INTO turns (conversation, turn_id, seq, state, started_at)"
+                " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'accepted', ?)",
+                (conversation, turn_id, conversation, _iso(accepted_at)),
             )
             self._insert_blocks(connection, conversation, turn_id, 0, head)
             self._store.mark_running(self._scope, conversation, turn_id, rounds=0)
             return conversation
+
+        await self._store.database.write_now(work)
+
+    async def end_unstarted_turn(self, turn_id: str, *, state: TurnState, ended_at: datetime) -> None:
+        """End an ``accepted`` turn that never began; see :meth:`ConversationHandle.end_unstarted_turn`."""
+
+        def work(connection: sqlite3.Connection) -> None:
+            conversation = self._conversation_id(connection)
+            if conversation is None:
+                return
+            connection.execute(
+                "UPDATE turns SET state=?, committed=1, ended_at=?, exit_reason=?"
+                " WHERE conversation=? AND turn_id=? AND state='accepted'",
+                (state, _iso(ended_at), state, conversation, turn_id),
+            )
+            self._store.mark_done(self._scope, turn_id)
 
         await self._store.database.write_now(work)
 
