@@ -7,9 +7,10 @@ only in what is sent to clients — the raw text the model wrote is stored as it
 * ``markdown`` and ``text``: each cited source becomes ``[title](url)``, joined by ``", "``;
 * ``html``: ``<sup class="cite" data-sids="1,3"><a href="…" title="…">[1]</a>…</sup>``.
 
-A SID the lookup does not know, or whose URL is not http(s), stays as a token (``[[S:9]]``); a token
-naming more than :data:`MAX_SIDS_PER_TOKEN` sources, or longer than :data:`TOKEN_MAX_LEN`
-characters, is left as written. :class:`CitationScanner` holds back only a tail that could still
+A SID the lookup does not know, or whose URL is not http(s), is left out (collected in
+``unknown_sids``): a token citing none that can be linked disappears, so a reader never sees a raw
+``[[S:9]]``. A token naming more than :data:`MAX_SIDS_PER_TOKEN` sources, or longer than
+:data:`TOKEN_MAX_LEN` characters, is not a citation and is left as written. :class:`CitationScanner` holds back only a tail that could still
 become a token, so a token split across chunks is never partly emitted.
 """
 
@@ -201,11 +202,8 @@ class CitationScanner:
             else:
                 unknown.append(sid)
         if not known:
-            return None, (), tuple(unknown)
-        rendered = render_sources(known, self._style)
-        if unknown:
-            rendered += " [[S:" + ",".join(str(sid) for sid in unknown) + "]]"
-        return rendered, tuple(known), tuple(unknown)
+            return "", (), tuple(unknown)  # nothing to link: the token is dropped, never shown raw
+        return render_sources(known, self._style), tuple(known), tuple(unknown)
 
 
 def _markdown_label(source: CitationSource) -> str:

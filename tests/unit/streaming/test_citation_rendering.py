@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.streaming import (
     ChannelDelta,
@@ -84,14 +86,14 @@ def test_a_source_without_title_is_labelled_by_its_url() -> None:
     assert render_citations("[[S:7]]", sources) == "[https://e.org/x](https://e.org/x)"
 
 
-def test_unknown_sids_stay_as_they_were(sources: dict[int, CitationSource]) -> None:
-    assert render_citations("a [[ S:99 ]] b", sources) == "a [[ S:99 ]] b"
-    assert render_citations("a [[S:1,99]] b", sources) == f"a {link(1)} [[S:99]] b"
+def test_unknown_sids_are_dropped_never_shown_raw(sources: dict[int, CitationSource]) -> None:
+    assert render_citations("a [[ S:99 ]] b", sources) == "a  b"
+    assert render_citations("a [[S:1,99]] b", sources) == f"a {link(1)} b"
 
 
 def test_a_source_that_is_not_http_is_not_linked() -> None:
     sources = {1: CitationSource(sid=1, url="javascript:alert(1)", title="x")}
-    assert render_citations("[[S:1]]", sources) == "[[S:1]]"
+    assert render_citations("[[S:1]]", sources) == ""
     assert not sources[1].citable
 
 
@@ -201,3 +203,32 @@ def test_a_two_megabyte_cited_answer_streams_exactly_like_the_one_shot_rendering
     assert result.channel("answer").raw_text == body
     assert [s.sid for s in result.channel("answer").used_sources] == [1, 2, 4]
     assert result.channel("answer").unknown_sids == (9,)
+
+
+citation_tokens = st.lists(st.integers(0, 12), min_size=1, max_size=4).map(
+    lambda sids: "[[S:" + ",".join(map(str, sids)) + "]]"
+)
+prose = st.text(alphabet=st.characters(blacklist_characters="[]"), max_size=20)
+
+
+@given(
+    pieces=st.lists(st.one_of(prose, citation_tokens), max_size=12),
+    known=st.sets(st.integers(0, 12), max_size=6),
+    cuts=st.lists(st.integers(1, 7), max_size=30),
+)
+@settings(max_examples=300)
+def test_no_citation_token_is_ever_shown_raw_whatever_the_pool_and_the_chunking(
+    pieces: list[str], known: set[int], cuts: list[int]
+) -> None:
+    pool = {sid: CitationSource(sid=sid, url=f"https://example.org/{sid}", title=f"T{sid}") for sid in known}
+    text = "".join(pieces)
+    whole = render_citations(text, pool)
+    scanner = CitationScanner(pool)
+    streamed, position = [], 0
+    for cut in cuts:
+        streamed.append(scanner.feed(text[position : position + cut])[0])
+        position += cut
+    streamed.append(scanner.feed(text[position:])[0])
+    streamed.append(scanner.flush()[0])
+    assert "".join(streamed) == whole
+    assert "[[S:" not in whole
