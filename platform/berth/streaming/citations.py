@@ -10,8 +10,9 @@ only in what is sent to clients — the raw text the model wrote is stored as it
 A SID the lookup does not know, or whose URL is not http(s), is left out (collected in
 ``unknown_sids``): a token citing none that can be linked disappears, so a reader never sees a raw
 ``[[S:9]]``. A token naming more than :data:`MAX_SIDS_PER_TOKEN` sources, or longer than
-:data:`TOKEN_MAX_LEN` characters, is not a citation and is left as written. :class:`CitationScanner` holds back only a tail that could still
-become a token, so a token split across chunks is never partly emitted.
+:data:`TOKEN_MAX_LEN` characters, is not a citation and is left as written. :class:`CitationScanner`
+holds back only a tail that could still become a token, so a token split across chunks is never partly
+emitted.
 """
 
 from __future__ import annotations
