@@ -29,14 +29,13 @@ from berth.models.protocol import resolve_api_key
 from berth.storage.meta import ConversationMeta
 from berth.storage.scope import ConversationScope
 
-DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "api" / "demo_script.yaml"
-
 
 def demo_overrides(config: Configuration) -> dict[str, Any]:
-    """Platform overrides that put every model role on the scripted demo model."""
-    scripted = {"provider": "scripted", "model": str(DEMO_SCRIPT), "api_key": None, "base_url": None}
-    roles = {role: dict(scripted) for role in config.settings_for().models.roles}
-    return {"models": {"default": dict(scripted), "roles": roles}}
+    """Platform overrides that put every model role on the demo model (``berth.default_plugins.models.demo``:
+    it plays a clean turn in whichever bundle is active, from the tool catalog and skills it is shown)."""
+    demo = {"provider": "demo", "model": "demo", "api_key": None, "base_url": None}
+    roles = {role: dict(demo) for role in config.settings_for().models.roles}
+    return {"models": {"default": dict(demo), "roles": roles}}
 
 
 def check_model_credentials(config: Configuration) -> None:

@@ -61,6 +61,8 @@ def keyed_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthHost]:
     root = tmp_path_factory.mktemp("keyed-host")
     descriptors = root / "descriptors"
     shutil.copytree(REPO_ROOT / "descriptors", descriptors, ignore=shutil.ignore_patterns("schema", "var"))
+    bundles = descriptors / "bundles.yaml"  # its folder bundles are relative to the repository's descriptors
+    bundles.write_text(bundles.read_text().replace("path: ../bundles/", f"path: {REPO_ROOT}/bundles/"))
     host = start_host(descriptors, root / "var", root / "berth.log")
     yield host
     stop_host(host)

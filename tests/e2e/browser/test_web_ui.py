@@ -19,8 +19,9 @@ pytestmark = pytest.mark.browser
 
 WIKIPEDIA = "https://en.wikipedia.org/wiki/Greeting"
 ANSWER = (
-    "Hello, friend! This is Berth's demo model answering through the hello bundle. "
-    "Greetings work best when you use the person's name Greeting (Wikipedia)."
+    "Hello! This is Berth's demo model answering through the Hello bundle. hello.greet answered: Hello, friend! "
+    "Read more: Greeting (Wikipedia). Set a real model (an Anthropic key, or an OpenAI-compatible server) to get real "
+    "answers."
 )
 EVENTS = "**/turns/*/events*"
 
@@ -61,7 +62,7 @@ def test_chat_streams_an_answer_with_citation_tool_card_followups_and_widget(pag
     answer = turn.locator(".answer")
     assert answer.inner_text().strip() == ANSWER
     assert int(answer.get_attribute("data-deltas") or 0) > 1, "the answer was rendered delta by delta"
-    assert answer.locator("strong").inner_text() == "Hello, friend!"
+    assert answer.locator("strong").inner_text() == "Hello!"
     citation = answer.locator("a.cite")
     assert citation.get_attribute("href") == WIKIPEDIA
     assert citation.get_attribute("rel") == "noopener noreferrer"
@@ -74,10 +75,10 @@ def test_chat_streams_an_answer_with_citation_tool_card_followups_and_widget(pag
     reasoning = turn.locator("details.reasoning")
     assert reasoning.get_attribute("open") is None, "the reasoning panel starts collapsed"
     reasoning.locator("summary").click()
-    assert "greeting etiquette skill" in reasoning.locator(".reasoning-text").inner_text()
+    assert "greeting-etiquette skill" in reasoning.locator(".reasoning-text").inner_text()
 
     chips = turn.locator("button.followup")
-    assert chips.all_inner_texts() == ["Greet me in French", "What can this bundle do?"]
+    assert chips.all_inner_texts() == ["What can this bundle do?", "Show me another example"]
     assert page.locator("#conversation-list .conversation-title").first.inner_text() == "Hello there"
     save_screenshot(page, "web-ui.png")
 
@@ -95,9 +96,9 @@ def test_follow_up_chip_starts_a_turn_and_feedback_is_saved_and_reloaded(page: P
     # the button is marked once the UI has handled the response, a moment after it arrives
     first.locator("button.feedback[data-reaction='ok'][aria-pressed='true']").wait_for()
 
-    first.locator("button.followup", has_text="Greet me in French").click()
+    first.locator("button.followup", has_text="Show me another example").click()
     wait_for_turns(page, 2)
-    assert page.locator("article.turn").last.locator(".message.user").inner_text() == "Greet me in French"
+    assert page.locator("article.turn").last.locator(".message.user").inner_text() == "Show me another example"
 
     conversation = page.locator("#conversation-list [aria-current='true']").get_attribute("data-conversation-id")
     page.reload()

@@ -147,6 +147,6 @@ def test_embedded_defaults_serve_every_installed_bundle(tmp_path: Path) -> None:
 def test_chat_in_process_streams_answers_of_consecutive_turns(tmp_path: Path) -> None:
     result = berth_cli("chat", "--in-process", "--demo", "--bundle", "hello", "-m", "hi", "-m", "again", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("**Hello, friend!**") == 2
+    assert result.stdout.count("`hello.greet` answered: Hello, friend!") == 2
     assert "[Greeting (Wikipedia)](https://en.wikipedia.org/wiki/Greeting)" in result.stdout
-    assert "→ Greet me in French" in result.stdout
+    assert "→ What can this bundle do?" in result.stdout

@@ -1,0 +1,62 @@
+"""A new user's first turn, exactly as the README says: ``berth run --demo``, sign in, send a message.
+
+In every example bundle the first answer must be clean: no failed tool card, no notice, no raw citation marker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from web_ui_kit import BerthHost
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+pytestmark = pytest.mark.browser
+
+
+def sign_in(page: Page, host: BerthHost, project: str) -> None:
+    """Sign in as the README says: key acme-web-dev-key, tenant acme, a project the key covers."""
+    page.goto(host.url + "/")
+    page.wait_for_selector("#login-form", state="visible")
+    page.fill("#login-key", "acme-web-dev-key")
+    page.fill("#login-tenant", "acme")
+    page.fill("#login-project", project)
+    page.click("#login-form button[type='submit']")
+    page.wait_for_selector("body[data-ready='true']")
+
+
+def first_turn_is_clean(page: Page) -> str:
+    """Send a first message in the bundle the picker shows; return the answer after checking the turn."""
+    page.fill("#composer-input", "Hello! What can you do?")
+    page.press("#composer-input", "Enter")
+    turns = page.locator("article.turn")
+    turn = turns.last
+    page.wait_for_function(
+        "() => { const t = document.querySelectorAll('article.turn');"
+        " return ['completed', 'failed', 'cancelled'].includes(t.length && t[t.length - 1].dataset.state); }"
+    )
+    assert turn.get_attribute("data-state") == "completed", turn.inner_text()
+    assert turn.locator(".tool-card").count() > 0, "the demo model used the bundle's tools"
+    assert turn.locator(".tool-card[data-ok='false']").count() == 0
+    assert turn.locator(".notices .notice, .notices .error").count() == 0, turn.locator(".notices").inner_text()
+    answer = turn.locator(".answer").inner_text()
+    assert "[[S:" not in answer
+    assert "demo model" in answer
+    return answer
+
+
+def test_the_first_turn_is_clean_in_every_example_bundle(page: Page, keyed_host: BerthHost) -> None:
+    sign_in(page, keyed_host, "support")
+    assert page.input_value("#bundle-select") == "docs"  # the project's default, left as it is
+    assert "Docs" in first_turn_is_clean(page)
+
+    page.click("#new-conversation")
+    page.select_option("#bundle-select", "hello")
+    first_turn_is_clean(page)
+
+    page.click("#sign-out")
+    sign_in(page, keyed_host, "internal")
+    assert page.input_value("#bundle-select") == "ops-copilot"
+    first_turn_is_clean(page)
