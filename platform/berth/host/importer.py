@@ -17,6 +17,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import re
 import sys
 import threading
@@ -24,6 +25,7 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from importlib_metadata import EntryPoint, entry_points
 
@@ -108,6 +110,27 @@ def entry_point_roots(point: EntryPoint) -> list[Path]:
     if spec is None or spec.submodule_search_locations is None:
         return [Path(spec.origin).parent] if spec is not None and spec.origin else []
     return [Path(location) for location in spec.submodule_search_locations]
+
+
+def editable_source_folders(point: EntryPoint) -> list[Path]:
+    """The source folders of an entry point's package when its distribution is installed in editable mode
+    (``pip install -e``; pip records it in the distribution's ``direct_url.json``), else ``[]``."""
+    distribution = point.dist
+    text = distribution.read_text("direct_url.json") if distribution is not None else None
+    if not text:
+        return []
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return []
+    if not (record.get("dir_info") or {}).get("editable"):
+        return []
+    url = urlsplit(str(record.get("url", "")))
+    if url.scheme != "file":
+        return []
+    project = Path(unquote(url.path))
+    roots = [root for root in entry_point_roots(point) if root.is_relative_to(project)]
+    return roots or [project]
 
 
 def purge_modules(package: str) -> None:

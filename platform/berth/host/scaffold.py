@@ -108,7 +108,12 @@ A Berth bundle. Develop it with:
 ```bash
 pip install -e .            # registers the entry point '{bundle_id}' in group berth.bundles
 berth bundles list          # with '{bundle_id}: {{source: {{entry_point: {bundle_id}}}}}' in bundles.yaml
+berth run --demo --reload   # serve it; with --reload, saving a file of this folder reloads the bundle
+pytest                      # its tests, with the bundle_host fixture
 ```
+
+`--reload` watches the source folder of every bundle installed in editable mode (`pip install -e`, as above):
+edit `tools.py`, save, and the next turn runs the new code (in-flight turns finish on the old one).
 """
 
 

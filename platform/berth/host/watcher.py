@@ -1,5 +1,6 @@
-"""Reload triggers from the file system (SPEC §3.3): folder bundles with ``watch: true``, and the
-``bundles.yaml`` / ``bundles.secrets.yaml`` descriptors (props and secrets change without re-import).
+"""Reload triggers from the file system (SPEC §3.3): folder bundles with ``watch: true``, bundles installed in
+editable mode (``pip install -e``), and the ``bundles.yaml`` / ``bundles.secrets.yaml`` descriptors (props and
+secrets change without re-import).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from watchfiles import Change, awatch
 
 from berth.config import Configuration, DescriptorError
 from berth.config.descriptors import BUNDLES, BUNDLES_SECRETS
+from berth.host.importer import bundle_entry_points, editable_source_folders
 from berth.host.loader import watched_folder
 from berth.host.registry import BundleRegistry
 
@@ -38,13 +40,20 @@ class BundleWatcher:
         self._stop = asyncio.Event()
 
     def watched(self) -> dict[Path, str]:
-        """Folder → bundle id of every watched folder bundle."""
+        """Folder → bundle id of every watched bundle: folder bundles with ``watch: true``, and every bundle
+        installed in editable mode (``pip install -e``: its source folder, as pip recorded it)."""
         config = self._registry.config
-        return {
+        folders = {
             watched_folder(config, entry): bundle_id
             for bundle_id, entry in config.descriptors.bundles.bundles.items()
             if entry.watch and entry.source.path is not None
         }
+        points = bundle_entry_points()
+        for bundle_id, entry in config.descriptors.bundles.bundles.items():
+            point = points.get(entry.source.entry_point or "")
+            if point is not None:
+                folders.update({folder: bundle_id for folder in editable_source_folders(point)})
+        return folders
 
     async def run(self) -> None:
         """Watch until :meth:`stop`; each batch of changes reloads each affected bundle once."""

@@ -1,0 +1,104 @@
+"""A bundle author's loop, as the scaffold's README tells it: ``berth bundles new``, ``pip install -e``,
+``berth run --demo --reload``, edit ``tools.py`` and save — the running host reloads the bundle."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.usefixtures("clean_berth_env")
+
+BERTH = str(Path(sys.executable).parent / "berth")
+SCOPE = "/v1/default/default"
+
+
+def pip(*args: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "--quiet", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def tidewatch(tmp_path: Path) -> Iterator[Path]:
+    """``berth bundles new tidewatch`` then ``pip install -e tidewatch`` (uninstalled afterwards)."""
+    made = subprocess.run(
+        [BERTH, "bundles", "new", "tidewatch", "--dir", str(tmp_path)], capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    pip("install", "--no-deps", "--no-build-isolation", "-e", str(tmp_path / "tidewatch"))
+    try:
+        yield tmp_path / "tidewatch"
+    finally:
+        pip("uninstall", "--yes", "berth-bundle-tidewatch")
+
+
+def generation(client: httpx.Client) -> dict[str, Any]:
+    rows = client.get("/v1/admin/bundles").json()["bundles"]
+    return next(row for row in rows if row["id"] == "tidewatch")
+
+
+def answer(client: httpx.Client, message: str) -> str:
+    conversation = client.post(f"{SCOPE}/conversations", json={"bundle": "tidewatch"}).json()["id"]
+    with client.stream(
+        "POST",
+        f"{SCOPE}/conversations/{conversation}/turns",
+        json={"message": message, "bundle": "tidewatch"},
+        headers={"Accept": "text/event-stream"},
+    ) as stream:
+        return "".join(stream.iter_text())
+
+
+def test_saving_tools_py_reloads_an_editable_bundle(tidewatch: Path, tmp_path: Path) -> None:
+    workdir = tmp_path / "empty"  # no descriptors: the embedded defaults serve every installed bundle
+    workdir.mkdir()
+    port = free_port()
+    log = (tmp_path / "berth.log").open("wb")
+    process = subprocess.Popen(
+        [BERTH, "run", "--demo", "--reload", "--port", str(port)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                assert process.poll() is None, (tmp_path / "berth.log").read_text()[-3000:]
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "berth run did not get ready"
+                time.sleep(0.1)
+            assert generation(client)["generation"] == 1
+            assert "`tidewatch.echo` answered: tides at dawn" in answer(client, "tides at dawn")
+
+            tools = tidewatch / "tidewatch_bundle" / "tools.py"
+            tools.write_text(tools.read_text().replace("    return text\n", "    return text.upper()\n"))
+            deadline = time.monotonic() + 30
+            while generation(client)["generation"] < 2:
+                assert time.monotonic() < deadline, f"no reload: {generation(client)}"
+                time.sleep(0.1)
+            assert generation(client)["state"] == "loaded"
+            assert "`tidewatch.echo` answered: TIDES AT DAWN" in answer(client, "tides at dawn")
+    finally:
+        process.terminate()
+        process.wait(20)
+        log.close()
