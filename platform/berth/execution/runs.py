@@ -96,7 +96,7 @@ class ExecService:
         exec_id = exec_id or f"ex_{uuid.uuid4().hex[:12]}"
         privileged = os.geteuid() == 0
         uid = await self.uids.acquire() if privileged else os.getuid()
-        folder = self._prepare(exec_id, code, inputs, uid if privileged else None)
+        folder = await asyncio.to_thread(self._prepare, exec_id, code, list(inputs), uid if privileged else None)
         token = secrets.token_urlsafe(32)
         supervisor = None
         if dispatch is not None:

@@ -90,9 +90,9 @@ class BerthHost:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=10)
 
 
-def start_host(descriptors: Path, var_root: Path, log_path: Path) -> BerthHost:
+def start_host(descriptors: Path, var_root: Path, log_path: Path, *, demo: bool = True) -> BerthHost:
     port = _free_port()
-    command = [_berth_executable(), "run", "--demo", "--host", "127.0.0.1", "--port", str(port)]
+    command = [_berth_executable(), "run", *(["--demo"] if demo else []), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--descriptors", str(descriptors), "--var", str(var_root)]
     log = log_path.open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=descriptors)

@@ -377,6 +377,8 @@ class TurnView {
     this.answer = el("div", { class: "answer markdown", "data-deltas": "0" });
     this.status = el("p", { class: "turn-status muted small", role: "status" });
     this.sourceList = el("ol", { class: "sources", hidden: true, "aria-label": "Sources" });
+    this.artifactList = el("div", { class: "artifacts", hidden: true, "aria-label": "Files the turn produced" });
+    this.artifacts = [];
     this.notices = el("div", { class: "notices" });
     this.followups = el("div", { class: "followups", role: "group", "aria-label": "Suggested follow-ups", hidden: true });
     this.footer = el("div", { class: "turn-footer", hidden: true });
@@ -391,6 +393,7 @@ class TurnView {
         this.activity,
         this.answer,
         this.status,
+        this.artifactList,
         this.sourceList,
         this.notices,
         this.followups,
@@ -472,6 +475,9 @@ class TurnView {
         return false;
       case "citation.sources":
         for (const source of data.sources || []) this.sources.set(source.sid, source);
+        return false;
+      case "artifact":
+        this.artifacts.push(data);
         return false;
       case "turn.completed":
         this.complete(data);
@@ -615,6 +621,7 @@ class TurnView {
     this.renderAnswer();
     this.renderSources(sourcesUsed);
     this.renderFollowups(followups);
+    this.renderArtifacts();
     this.finish(outcome === "cancelled" ? "cancelled" : "completed");
     if (outcome && outcome !== "completed") this.notice(`The turn ended: ${outcome}.`, outcome);
     this.renderFeedback(null);
@@ -636,6 +643,32 @@ class TurnView {
     this.root.dataset.state = finalState;
     this.assistant.setAttribute("aria-busy", "false");
     this.setStatus("");
+  }
+
+  // Files the turn wrote under outputs/ (a chart from exec.python): served once the turn is committed, so shown
+  // at its end. Images are fetched with the key and shown inline; other files are chips that download them.
+  renderArtifacts() {
+    this.artifactList.replaceChildren();
+    for (const artifact of this.artifacts) {
+      const name = artifact.path.split("/").pop();
+      const chip = el("a", {
+        href: "#",
+        class: "chip chip-link",
+        text: `${name} (${formatBytes(artifact.size || 0)})`,
+        onclick: (event) => {
+          event.preventDefault();
+          openConversationFile(this.conversationId, artifact.path, name);
+        },
+      });
+      if ((artifact.mime || "").startsWith("image/") && this.conversationId) {
+        const image = el("img", { class: "artifact-image", alt: name, "data-path": artifact.path });
+        this.artifactList.append(el("figure", { class: "artifact" }, image, el("figcaption", {}, chip)));
+        loadConversationImage(this.conversationId, artifact.path, image);
+      } else {
+        this.artifactList.append(el("figure", { class: "artifact" }, chip));
+      }
+    }
+    this.artifactList.hidden = this.artifacts.length === 0;
   }
 
   renderFollowups(followups) {
@@ -700,6 +733,19 @@ function formatBytes(size) {
   if (size < 1024) return `${size} B`;
   if (size < 1024 * 1024) return `${(size / 1024).toFixed(1)} KB`;
   return `${(size / 1024 / 1024).toFixed(1)} MB`;
+}
+
+async function loadConversationImage(conversationId, path, image) {
+  try {
+    const response = await fetch(`${scopePath()}/conversations/${conversationId}/files/${encodeURI(path)}`, {
+      headers: authHeaders(),
+    });
+    if (!response.ok) throw new Error(`${response.status}`);
+    image.src = URL.createObjectURL(await response.blob());
+    image.dataset.loaded = "true";
+  } catch (error) {
+    image.replaceWith(el("span", { class: "muted small", text: `(the image cannot be shown: ${error.message})` }));
+  }
 }
 
 async function openConversationFile(conversationId, path, name) {

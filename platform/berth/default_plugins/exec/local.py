@@ -102,8 +102,8 @@ class LocalBackend:
     async def run(self, request: SandboxRequest) -> SandboxOutcome:
         """Run the program; on timeout kill its process group (the sandbox's pid namespace goes with it).
 
-        The end is awaited, not polled: ``Popen.wait(timeout=…)`` sleeps in doubling steps and would add up to
-        half a run's time to every run.
+        The end is awaited (a thread blocked in ``waitpid``), not polled: ``Popen.wait(timeout=…)`` sleeps in
+        doubling steps and would add up to half a run's time to every run.
         """
         isolation = self.isolation
         argv, env = self.command(request, isolation)
@@ -128,41 +128,22 @@ class LocalBackend:
         program = f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}" if isolation == "bwrap" else str(folder.program)
         launch = launch_lines(request.token, program, request.limits.launch_limits()).encode()
         started = time.monotonic()
-        stdout, stderr = (_log_file(folder.logs / name) for name in ("stdout", "stderr"))
         try:
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=subprocess.PIPE,
-                    stdout=stdout,
-                    stderr=stderr,
-                    env=env,
-                    cwd=folder.work,
-                    user=request.uid,
-                    group=request.gid,
-                    extra_groups=[],
-                    process_group=0,
-                )
-            except OSError as exc:
-                return SandboxOutcome(None, None, False, 0.0, isolation, failure=f"{argv[0]}: {exc}")
-            assert process.stdin is not None
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                process.stdin.write(launch)
-                await process.stdin.drain()
-                process.stdin.close()
-            timed_out = False
-            try:
-                returncode = await asyncio.wait_for(process.wait(), request.limits.timeout_s)
-            except TimeoutError:
-                timed_out = True
-                _kill_group(process.pid)
-                returncode = await process.wait()
-            except asyncio.CancelledError:
-                _kill_group(process.pid)
-                raise
-        finally:
-            os.close(stdout)
-            os.close(stderr)
+            process = await asyncio.to_thread(_start, argv, env, request, launch)
+        except OSError as exc:
+            return SandboxOutcome(None, None, False, 0.0, isolation, failure=f"{argv[0]}: {exc}")
+        # The end is awaited in a thread blocked in waitpid(), not polled (Popen.wait(timeout) sleeps in steps).
+        ended = asyncio.ensure_future(asyncio.to_thread(process.wait))
+        timed_out = False
+        try:
+            returncode = await asyncio.wait_for(asyncio.shield(ended), request.limits.timeout_s)
+        except TimeoutError:
+            timed_out = True
+            _kill_group(process.pid)
+            returncode = await ended
+        except asyncio.CancelledError:
+            _kill_group(process.pid)
+            raise
         duration = time.monotonic() - started
         exit_code, killed_by = _decode_status(returncode)
         return SandboxOutcome(exit_code, killed_by, timed_out, duration, isolation)
@@ -265,6 +246,37 @@ def bwrap_works() -> bool:
                     ok = False
             _bwrap_state["works"] = ok
         return _bwrap_state["works"]
+
+
+def _start(argv: list[str], env: dict[str, str], request: SandboxRequest, launch: bytes) -> subprocess.Popen[bytes]:
+    """Start the executor as the run's uid in a process group of its own, and hand it the launch lines.
+
+    ``subprocess.Popen`` in a worker thread, not asyncio's subprocess API: uvloop (what uvicorn runs on) refuses
+    ``user``/``group``/``process_group``, and a fork must not block the host's event loop.
+    """
+    folder = request.folder
+    stdout, stderr = (_log_file(folder.logs / name) for name in ("stdout", "stderr"))
+    try:
+        process = subprocess.Popen(  # noqa: S603 - argv is built here, the program is a file
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            cwd=folder.work,
+            user=request.uid,
+            group=request.gid,
+            extra_groups=[],
+            process_group=0,
+        )
+    finally:
+        os.close(stdout)
+        os.close(stderr)
+    assert process.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        process.stdin.write(launch)  # a few hundred bytes: the pipe's buffer takes them at once
+        process.stdin.close()
+    return process
 
 
 def _log_file(path: Path) -> int:
