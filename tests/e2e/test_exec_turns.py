@@ -13,7 +13,7 @@ from berth.config.models.assembly import ModelRef
 from berth.default_plugins.exec.local import LocalBackend
 from berth.default_plugins.models.scripted import ScriptedProvider
 from berth.default_plugins.storage.sqlite import SqliteConversationStore
-from berth.execution.profiles import Execution
+from berth.execution.profiles import Execution, warn_unisolated
 from berth.host.registry import BundleRegistry
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import TurnInput, TurnRunner
@@ -145,3 +145,18 @@ async def test_the_operators_profile_choice_overrides_the_bundles(tmp_path: Path
     assert options == {"profile": "tight"}
     backend, limits = execution.backend(config.settings_for("acme", "support").exec, options["profile"])
     assert (backend.name, limits.timeout_s, limits.memory_mb) == ("local", 5, 64)
+
+
+def test_an_unsandboxed_profile_is_named_in_a_warning_at_start_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = descriptors(tmp_path / "descriptors")
+    assembly = yaml.safe_load((folder / "assembly.yaml").read_text())
+    assembly["platform"]["exec"]["profiles"]["trusted"] = {"backend": "local", "isolation": "none"}
+    (folder / "assembly.yaml").write_text(yaml.safe_dump(assembly))
+    config = Configuration.load(folder)
+    scopes = [(None, None), *config.descriptors.assembly.scopes()]
+    with caplog.at_level("WARNING"):
+        named = warn_unisolated((f"{t}/{p}", config.settings_for(t, p).exec) for t, p in scopes)
+    assert named == ["trusted"]
+    assert len([r for r in caplog.records if "isolation: none" in r.getMessage()]) == 1

@@ -23,6 +23,7 @@ from berth.config import ConfigError, Configuration
 from berth.config.environment import host_environment
 from berth.config.models.gateway import is_loopback_host
 from berth.default_plugins.models.anthropic import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
+from berth.execution.profiles import warn_unisolated
 from berth.host.models import resolve_model_secret
 from berth.logs import configure_logging
 from berth.models.protocol import resolve_api_key
@@ -80,6 +81,8 @@ def run(
         assert config is not None
     else:
         check_model_credentials(config)
+    scopes = [(None, None), *config.descriptors.assembly.scopes()]
+    warn_unisolated((f"{t}/{p}" if t else "platform", config.settings_for(t, p).exec) for t, p in scopes)
     gateway = config.descriptors.gateway
     bind_host = host or gateway.listen.host
     bind_port = port or gateway.listen.port

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,8 @@ from berth.config.models.bundles import BundleExec
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecService
 from berth.execution.sandbox import ExecBackend
+
+logger = logging.getLogger(__name__)
 
 ExecBackendFactory = Callable[[Mapping[str, Any]], ExecBackend]
 """What a plugin's ``berth_exec_backends()`` maps each backend name to: profile options → backend."""
@@ -66,6 +69,31 @@ class Execution:
         if key not in self._built:
             self._built[key] = factory(options)
         return self._built[key], limits_of(options)
+
+
+def unisolated_profiles(config: ExecConfig) -> list[str]:
+    """The profiles that run programs without a sandbox (``backend: local`` with ``isolation: none``)."""
+    return sorted(
+        name
+        for name, profile in config.profiles.items()
+        if profile.backend == "local" and getattr(profile, "isolation", "auto") == "none"
+    )
+
+
+def warn_unisolated(scopes: Iterable[tuple[str, ExecConfig]]) -> list[str]:
+    """Log one WARNING per profile that runs model-written code without isolation (in any scope); return them."""
+    found: dict[str, str] = {}
+    for where, config in scopes:
+        for name in unisolated_profiles(config):
+            found.setdefault(name, where)
+    for name, where in found.items():
+        logger.warning(
+            "exec profile '%s' (%s) has isolation: none: exec.python runs model-written code as a plain "
+            "subprocess of this host, with no sandbox",
+            name,
+            where,
+        )
+    return sorted(found)
 
 
 def limits_of(options: Mapping[str, Any]) -> ExecLimits:

@@ -137,6 +137,13 @@ class LocalExecProfile(DescriptorModel):
     memory_mb: int = Field(1024, gt=0)
     pids: int = Field(128, gt=0)
     cpu_s: int = Field(60, gt=0)
+    file_size_mb: int = Field(64, gt=0, description="the largest file (and stdout/stderr) a run may write")
+    isolation: Literal["auto", "bwrap", "unshare", "none"] = Field(
+        "auto",
+        description="auto: bubblewrap when it works, else unshare; none: a plain subprocess (trusted code only)",
+    )
+    python: str = Field("/usr/bin/python3", description="the interpreter inside the sandbox")
+    cgroups: bool = Field(True, description="cgroup v1 limits (memory of all processes, pids, CPU) where writable")
 
 
 class DockerExecProfile(DescriptorModel):
