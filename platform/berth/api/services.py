@@ -130,8 +130,17 @@ class HostServices:
             )
         root = self._var_root or (self.config.descriptors.base_dir / storage.root).resolve()
         self.storage = EmbeddedStorageBackend(root)  # the store and the memory index on one connection
-        await self.storage.open()
+        await self.storage.open()  # records the turns a process that is gone left unfinished as interrupted
         self.store, self.memory_index = self.storage.conversations, self.storage.memory
+        for turn in self.store.interrupted_at_open:
+            log.warning(
+                "turn %s of conversation %s/%s/%s was %s when the process serving it stopped: recorded interrupted",
+                turn.turn_id,
+                turn.scope.tenant,
+                turn.scope.project,
+                turn.scope.conversation_id,
+                turn.was,
+            )
         self.meta = SqliteMetaStore(root)
         await self.meta.open()
         self.models = ModelPool(self.config, self.plugins.model_providers())
@@ -195,7 +204,9 @@ class HostServices:
 
         The turn is admitted first (:class:`~berth.api.admission.Admission`: 429 when its tenant runs as many
         turns as it may, 503 when this worker's slots and queue are full); an admitted turn may wait for a
-        slot before it runs, its events stream then starting when it does.
+        slot before it runs, its events stream then starting when it does. Admitted, it is stored
+        (``accepted``, with the message, durably) before this returns, so the caller's 202 never names a
+        turn a crash could take back.
         """
         key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
         if key in self._busy:
@@ -212,8 +223,10 @@ class HostServices:
             admitted = await self.admission.admit_turn(scope.tenant, turn_id)
             try:
                 await self._accept(scope, turn_id, message)
-            except BaseException:
+            except BaseException as exc:
                 await admitted.release()
+                if not isinstance(exc, ApiError):  # cancelled or failed: it may be stored all the same
+                    await self._end_unstarted(scope, turn_id, "failed")
                 raise
         except BaseException:
             self._busy.pop(key, None)
@@ -355,16 +368,26 @@ class HostServices:
     async def stored_turn_end(self, scope: ConversationScope, turn_id: str) -> TurnEvent:
         """The last event of a turn this process does not hold (it ran before a restart), from its stored record.
 
-        A turn that was acknowledged or running when its process died is ``interrupted`` (the load that reads
-        it records so): ``turn.failed {code: interrupted}``. A committed turn ends as it did: ``turn.completed
-        {turn_id, outcome, replayed: true}`` (its answer is in the conversation) or ``turn.failed {code}``.
+        A turn that was acknowledged or running when its process died is ``interrupted`` (the store records
+        so when it opens, or when a load finds it later): ``turn.failed {code: interrupted}``. A committed
+        turn ends as it did: ``turn.completed {turn_id, outcome, replayed: true}`` (its answer is in the
+        conversation) or ``turn.failed {code}``. A turn still ``accepted`` or ``running`` after the load
+        belongs to another live process on the same storage root: 409 ``turn_elsewhere``, since its
+        events are that process's.
         """
         assert self.store is not None
         snapshot = await self.store.conversation(scope).load()
         record = next((turn for turn in snapshot.turns if turn.turn_id == turn_id), None)
         if record is None:
             raise not_found(f"turn {turn_id}")
-        if record.state in ("interrupted", "running", "accepted"):
+        if record.state in ("running", "accepted"):
+            raise ApiError(
+                409,
+                "turn_elsewhere",
+                f"turn {turn_id} is {record.state} in another process on this storage root; its events are "
+                "served there (ask the same server), or wait for it to end and read the conversation",
+            )
+        if record.state == "interrupted":
             message = "the turn was interrupted: the process serving it stopped before it finished"
             return TurnEvent("turn.failed", {"code": "interrupted", "message": message, "turn_id": turn_id})
         if record.state == "completed":

@@ -4,9 +4,10 @@ The runtime speaks blocks and sources pools; the store speaks JSON records. This
 between them and drives the write path of a turn (SPEC §4.1):
 
 * :func:`restore_conversation` loads the timeline and the sources pool (one read each). A turn that
-  never committed — the process stopped — comes back with every round its log kept, followed by a
-  ``turn.status`` block saying it was interrupted; the restored timeline is committed for that turn at
-  once, so the interruption is recorded exactly once.
+  never committed — the process stopped — comes back with every round its log kept (at least the user's
+  message, stored when the API accepted the turn), followed by a ``turn.status`` block saying it was
+  interrupted; the restored timeline is committed for that turn at once, so the interruption is recorded
+  exactly once, and the model sees in the next turn what was asked and how far the answer got.
 * :class:`TurnRecorder` begins a turn, appends each round to the turn log as the round completes
   (only that round's blocks and the source rows it changed), and commits the turn atomically.
 
@@ -33,6 +34,7 @@ from berth.storage.conversations import (
     ConversationHandle,
     LoggedBlock,
     SourceRecord,
+    StorageError,
     TimelineChange,
     TurnCommit,
     TurnLog,
@@ -150,21 +152,38 @@ def changed_source_records(before: SourcesPool, after: SourcesPool) -> tuple[Sou
     )
 
 
+RESTORE_ATTEMPTS = 5
+"""How often :func:`restore_conversation` loads again when another writer committed the same fold-in first."""
+
+
 def interrupted_status_block(log: TurnLog, *, now: datetime) -> Block:
-    """Return the ``turn.status`` block that closes a turn which stopped without committing."""
+    """Return the ``turn.status`` block that closes a turn which stopped without committing.
+
+    A turn that never began (accepted, then the process died while it waited for a slot) has only the user's
+    message in its log; the block says that message was not answered, so the model does not take the
+    silence for an answer.
+    """
     rounds = sum(1 for entry in log.rounds if entry.index > 0)
+    began = any(record.type == BlockType.TURN_HEADER for entry in log.rounds[:1] for record in entry.blocks)
     turn_id = log.turn.turn_id
+    if began:
+        text = (
+            f"This turn was interrupted (the host stopped) after {rounds} completed round(s). "
+            "Everything shown above was kept; the round in progress was lost."
+        )
+    else:
+        text = (
+            "This turn was interrupted before it began (the host stopped while the message waited to be "
+            "run): the user's message above was never answered."
+        )
     return Block(
         type=BlockType.TURN_STATUS,
         path=f"ar:{turn_id}.turn.status",
         turn_id=turn_id,
         ts=now,
         author="runtime",
-        text=(
-            f"This turn was interrupted (the host stopped) after {rounds} completed round(s). "
-            "Everything shown above was kept; the round in progress was lost."
-        ),
-        meta={"state": "interrupted", "rounds": rounds},
+        text=text,
+        meta={"state": "interrupted", "rounds": rounds, "began": began},
     )
 
 
@@ -200,10 +219,28 @@ async def restore_conversation(
 ) -> RestoredConversation:
     """Load a conversation; fold interrupted turns back in, marked as interrupted, and commit that.
 
+    Two restores may race to fold in the same interrupted turn (a turn starting while the conversation
+    is read, after a restart): the one whose commit comes second loads again and finds it folded in.
+
     :param now: the timestamp of the ``turn.status`` blocks of interrupted turns.
     :param committed: the timeline this process last committed for the conversation, if it knows one;
         it is taken over, and the store does not read its copy, when the store still holds its version.
     """
+    attempt = 1
+    while True:
+        try:
+            # A retry parses the stored timeline: the failed attempt may have added to ``committed``'s.
+            return await _restore_once(handle, now=now, committed=committed if attempt == 1 else None)
+        except StorageError as error:
+            if error.code != "conflicting_commit" or attempt == RESTORE_ATTEMPTS:
+                raise
+        attempt += 1
+
+
+async def _restore_once(
+    handle: ConversationHandle, *, now: datetime, committed: CommittedTimeline | None
+) -> RestoredConversation:
+    """One attempt of :func:`restore_conversation`."""
     snapshot = await handle.load(known_version=committed.version if committed is not None else None, turn_index=False)
     reused = committed is not None and snapshot.timeline is None
     if committed is not None and reused:

@@ -14,9 +14,14 @@ The write path of a turn, and what survives a crash at any point of it:
    :class:`TimelineChange`: the blocks appended or swapped, never the unchanged rest), the changed
    source rows, the turn's final state and its artifacts atomically.
 
-A crash before step 3 leaves the previous timeline intact and the completed rounds in the turn log; the
-next :meth:`ConversationHandle.load` reports the turn as ``interrupted`` and returns those rounds, so
-at most the round that was open is lost.
+Before all three, the API records the turn :meth:`~ConversationHandle.accept_turn` (``accepted``, with
+the user's message, durably) before it answers 202, so a turn a client was told about is never gone.
+
+A crash before step 3 leaves the previous timeline intact and the completed rounds in the turn log. The
+store records each turn it holds ``accepted`` or ``running`` for a process that is gone as ``interrupted``
+(:meth:`ConversationStore.recover_interrupted_turns`, run when the store opens and by every
+:meth:`ConversationHandle.load`), and the next load returns its rounds, so at most the round that was
+open is lost.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ __all__ = [
     "ConversationRecord",
     "ConversationSnapshot",
     "ConversationStore",
+    "InterruptedTurn",
     "LoggedBlock",
     "SourceRecord",
     "StorageError",
@@ -246,6 +252,18 @@ class TurnCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class InterruptedTurn:
+    """A turn found ``accepted`` or ``running`` with no live process behind it, now recorded ``interrupted``.
+
+    :ivar was: ``accepted`` (acknowledged, never begun: only the user's message is stored) or ``running``.
+    """
+
+    scope: ConversationScope
+    turn_id: str
+    was: TurnState
+
+
+@dataclass(frozen=True, slots=True)
 class ConversationRecord:
     """A row of the conversation index."""
 
@@ -267,6 +285,10 @@ class ConversationHandle(Protocol):
     async def load(self, *, known_version: int | None = None, turn_index: bool = True) -> ConversationSnapshot:
         """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns.
 
+        A turn of this conversation left ``accepted`` or ``running`` by a process that is gone is recorded
+        ``interrupted`` first (it died after the store opened; see
+        :meth:`ConversationStore.recover_interrupted_turns`).
+
         :param known_version: the version of a timeline the caller already holds; when the store still
             holds that version, the snapshot's ``timeline`` is ``None`` instead of a copy of it.
         :param turn_index: with ``False``, ``turns`` may hold only the interrupted turns (those of
@@ -277,7 +299,8 @@ class ConversationHandle(Protocol):
     async def accept_turn(self, turn_id: str, *, accepted_at: datetime, head: tuple[BlockRecord, ...]) -> None:
         """Record a turn the API acknowledged but has not begun (``accepted``), with its head (the user's
         message), before the client is told it exists: a process that dies before the turn begins leaves it
-        ``interrupted``, never gone.
+        ``interrupted``, never gone. Durable when it returns (it survives a power loss, not only a killed
+        process): it is what a 202 promises.
 
         :raises StorageError: ``turn_exists`` when the turn id is already used.
         """
@@ -334,7 +357,16 @@ class ConversationStore(Protocol):
     """Where conversations live. Open it before use and close it when done (or use ``async with``)."""
 
     async def open(self) -> None:
-        """Prepare the store (create or migrate its schema, open connections)."""
+        """Prepare the store (create or migrate its schema, open connections), then
+        :meth:`recover_interrupted_turns`."""
+        ...
+
+    async def recover_interrupted_turns(self) -> tuple[InterruptedTurn, ...]:
+        """Record as ``interrupted`` every turn left ``accepted`` or ``running`` by a process that is gone, in
+        every conversation; return them. Turns of a live process (this one, or another sharing the store)
+        are left alone. The next load of their conversation returns their rounds (``uncommitted``), for the
+        runtime to fold into the timeline.
+        """
         ...
 
     async def aclose(self) -> None:

@@ -269,7 +269,8 @@ async def turn_events(
     """The turn's events as SSE; reconnect with ``Last-Event-ID`` to resume without loss or duplicates.
 
     A turn this process does not hold (it ran before a restart) answers with its last event from the store:
-    ``turn.failed {code: interrupted}`` when the process serving it died, else how it ended.
+    ``turn.failed {code: interrupted}`` when the process serving it died, else how it ended; one that another
+    live process on the same storage root runs answers 409 ``turn_elsewhere``.
     """
     scope = conversation_scope(who, tenant, project, conversation_id)
     after = parse_last_event_id(

@@ -15,12 +15,12 @@ How writes stay atomic:
 
 * every database write is one ``BEGIN IMMEDIATE`` transaction; the timeline, sources, turn log and
   turn state of a commit are one transaction;
-* the turn's commit is durable (``synchronous=FULL``: the WAL is ``fsync``-ed before it returns);
-  beginning a turn and appending a round are not (``synchronous=NORMAL``, no ``fsync``). In WAL mode
-  that still survives a killed process — the transaction is in the WAL file once it returns — and
-  never corrupts the database; only a power loss or OS crash can take back the rounds appended since
-  the last ``fsync`` (the next commit's, or a checkpoint's), and the turn then comes back
-  ``interrupted`` with fewer rounds;
+* the turn's commit is durable (``synchronous=FULL``: the WAL is ``fsync``-ed before it returns), and
+  so is accepting a turn (what the API's 202 promises); beginning a turn and appending a round are not
+  (``synchronous=NORMAL``, no ``fsync``). In WAL mode that still survives a killed process — the
+  transaction is in the WAL file once it returns — and never corrupts the database; only a power loss or
+  OS crash can take back the rounds appended since the last ``fsync`` (the next commit's, or a
+  checkpoint's), and the turn then comes back ``interrupted`` with fewer rounds;
 * artifact files are written to a temporary name, flushed, ``fsync``-ed and renamed into place before
   the transaction that makes them visible commits. A crash in between leaves an unreferenced file and
   the previous consistent state.
@@ -34,9 +34,11 @@ in thread switches and GIL hand-offs.
 Scoping comes from the bound :class:`~berth.storage.scope.ConversationScope`; folder names are its
 ids, which the scope already restricts to ``[A-Za-z0-9_-]``.
 
-Embedded mode is one process per root: a turn that is ``running`` (or ``accepted``: acknowledged by the API,
-not yet begun) in the database but was not begun by this store instance is reported (and recorded) as
-``interrupted`` on the next load.
+Each turn row names its owner, the store instance that accepted or began it
+(:class:`~berth.default_plugins.storage.owners.RootOwners`: a lock file the owner's process holds for as long
+as it lives). A turn left ``running`` or ``accepted`` (acknowledged by the API, not yet begun) by an owner
+that is gone is recorded ``interrupted`` when the store opens, and by any load of its conversation that finds
+it later (its owner, another process on the same root, died meanwhile); a live owner's turns are left alone.
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Final, Literal, Self, TypeVar, cast, overload
 
+from berth.default_plugins.storage.owners import RootOwners
 from berth.default_plugins.storage.sqlite_database import SqliteDatabase
 from berth.storage.conversations import (
     BlockRecord,
     ConversationRecord,
     ConversationSnapshot,
+    InterruptedTurn,
     LoggedBlock,
     SourceRecord,
     StorageError,
@@ -111,8 +115,10 @@ CREATE TABLE IF NOT EXISTS turns (
     cache_read_input_tokens INTEGER NOT NULL DEFAULT 0,
     cache_creation_input_tokens INTEGER NOT NULL DEFAULT 0,
     exit_reason TEXT,
+    owner TEXT,  -- the store instance that accepted or began it (RootOwners token); NULL before owners existed
     PRIMARY KEY (conversation, turn_id)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS turns_unfinished ON turns (conversation) WHERE committed = 0;
 CREATE TABLE IF NOT EXISTS turn_log (
     conversation INTEGER NOT NULL,
     turn_id TEXT NOT NULL,
@@ -157,6 +163,7 @@ _ADDED_COLUMNS: Final = {
         ("cache_read_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
         ("cache_creation_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
         ("exit_reason", "TEXT"),
+        ("owner", "TEXT"),
     )
 }
 """Columns added to tables after their first release: a database created before gets them on open."""
@@ -343,14 +350,15 @@ class SqliteConversationHandle:
         (version,) = connection.execute("SELECT version FROM conversations WHERE id=?", (conversation,)).fetchone()
         if only_if and version != known_version:
             return None
-        running = set(self._store.running_turns(conversation))
-        stalled = connection.execute(
-            "SELECT turn_id FROM turns WHERE conversation=? AND state IN ('running', 'accepted') AND committed=0",
+        owners = self._store.owners
+        unfinished = connection.execute(
+            "SELECT turn_id, owner FROM turns WHERE conversation=? AND state IN ('accepted', 'running')"
+            " AND committed=0",
             (conversation,),
         ).fetchall()
         connection.executemany(
             "UPDATE turns SET state='interrupted' WHERE conversation=? AND turn_id=?",
-            [(conversation, turn_id) for (turn_id,) in stalled if turn_id not in running],
+            [(conversation, turn_id) for turn_id, owner in unfinished if not owners.is_alive(owner)],
         )
         # The whole index only when asked for; the logs of interrupted turns always.
         turn_rows = connection.execute(
@@ -409,7 +417,7 @@ class SqliteConversationHandle:
             )
             if known is not None:
                 return known
-        # A write: turns left running by a process that is gone are recorded as interrupted.
+        # A write: turns left unfinished by a process that is gone are recorded as interrupted.
         return await asyncio.to_thread(
             database.write, lambda connection: self._load(connection, known_version, turn_index=turn_index)
         )
@@ -466,16 +474,18 @@ class SqliteConversationHandle:
             ).fetchone()
             if found is not None and found[0] != "accepted":
                 raise StorageError("turn_exists", f"turn {turn_id!r} was already begun; use a new turn id")
+            owner = self._store.owners.token
             if found is None:
                 connection.execute(
-                    "INSERT INTO turns (conversation, turn_id, seq, state, started_at, generation)"
-                    " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'running', ?, ?)",
-                    (conversation, turn_id, conversation, _iso(started_at), generation),
+                    "INSERT INTO turns (conversation, turn_id, seq, state, started_at, generation, owner)"
+                    " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'running', ?, ?, ?)",
+                    (conversation, turn_id, conversation, _iso(started_at), generation, owner),
                 )
             else:
                 connection.execute(
-                    "UPDATE turns SET state='running', started_at=?, generation=? WHERE conversation=? AND turn_id=?",
-                    (_iso(started_at), generation, conversation, turn_id),
+                    "UPDATE turns SET state='running', started_at=?, generation=?, owner=?"
+                    " WHERE conversation=? AND turn_id=?",
+                    (_iso(started_at), generation, owner, conversation, turn_id),
                 )
                 connection.execute(
                     "DELETE FROM turn_log WHERE conversation=? AND turn_id=? AND round=0", (conversation, turn_id)
@@ -487,7 +497,12 @@ class SqliteConversationHandle:
         await self._store.database.write_now(work)
 
     async def accept_turn(self, turn_id: str, *, accepted_at: datetime, head: tuple[BlockRecord, ...]) -> None:
-        """Record an ``accepted`` turn and its head; see :meth:`ConversationHandle.accept_turn`."""
+        """Record an ``accepted`` turn and its head, durably; see :meth:`ConversationHandle.accept_turn`.
+
+        A group commit (``fsync``-ed before it returns, shared with the commits queued meanwhile), not a
+        short inline write like :meth:`begin_turn`: the client is told the turn exists once this returns, so
+        a power loss must not take it back either.
+        """
 
         def work(connection: sqlite3.Connection) -> int:
             conversation = self._ensure_conversation(connection)
@@ -496,15 +511,15 @@ class SqliteConversationHandle:
             ).fetchone():
                 raise StorageError("turn_exists", f"turn {turn_id!r} is already used; use a new turn id")
             connection.execute(
-                "INSERT INTO turns (conversation, turn_id, seq, state, started_at)"
-                " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'accepted', ?)",
-                (conversation, turn_id, conversation, _iso(accepted_at)),
+                "INSERT INTO turns (conversation, turn_id, seq, state, started_at, owner)"
+                " VALUES (?, ?, (SELECT COUNT(*) FROM turns WHERE conversation=?), 'accepted', ?, ?)",
+                (conversation, turn_id, conversation, _iso(accepted_at), self._store.owners.token),
             )
             self._insert_blocks(connection, conversation, turn_id, 0, head)
             self._store.mark_running(self._scope, conversation, turn_id, rounds=0)
             return conversation
 
-        await self._store.database.write_now(work)
+        await self._store.database.write_together(work)
 
     async def end_unstarted_turn(self, turn_id: str, *, state: TurnState, ended_at: datetime) -> None:
         """End an ``accepted`` turn that never began; see :meth:`ConversationHandle.end_unstarted_turn`."""
@@ -520,7 +535,9 @@ class SqliteConversationHandle:
             )
             self._store.mark_done(self._scope, turn_id)
 
-        await self._store.database.write_now(work)
+        # After every durable write queued before it (group commits keep their order): an accept still
+        # being committed is ended, not overtaken.
+        await self._store.database.write_together(work)
 
     @staticmethod
     def _insert_blocks(
@@ -692,14 +709,59 @@ class SqliteConversationStore:
         self.root = root
         self.artifacts_root = root / "artifacts"
         self.database = SqliteDatabase(root / DATABASE_FILE, trace=trace)
+        self.owners = RootOwners(root)
+        """This instance's claim on the root, and whether the owners of other turns are alive."""
+        self.interrupted_at_open: tuple[InterruptedTurn, ...] = ()
+        """The turns :meth:`open` found left unfinished by a process that is gone (now ``interrupted``)."""
         # (scope, turn id) -> (conversation row id, rounds appended) of the turns this instance runs.
         self._running: dict[tuple[ConversationScope, str], tuple[int, int]] = {}
         self._running_lock = threading.Lock()
 
     async def open(self) -> None:
-        """Create the root folder, the database (WAL) and its tables; move an earlier release's timeline files in."""
-        await asyncio.to_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
-        await asyncio.to_thread(self._adopt_timeline_files)
+        """Claim the root for this instance, create the database (WAL) and its tables, move an earlier
+        release's timeline files in, then record the turns of processes that are gone as interrupted."""
+        await asyncio.to_thread(self.owners.claim)
+        try:
+            await asyncio.to_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
+            await asyncio.to_thread(self._adopt_timeline_files)
+            self.interrupted_at_open = await self.recover_interrupted_turns()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def recover_interrupted_turns(self) -> tuple[InterruptedTurn, ...]:
+        """Record every turn left ``accepted`` or ``running`` by an owner that is gone as ``interrupted``; return them.
+
+        See :meth:`ConversationStore.recover_interrupted_turns`. One transaction over the unfinished turns
+        (an index holds only those); then the lock files of the owners found gone are deleted.
+        """
+        owners = self.owners
+
+        def work(connection: sqlite3.Connection) -> tuple[InterruptedTurn, ...]:
+            rows = connection.execute(
+                "SELECT t.conversation, t.turn_id, t.state, t.owner, c.tenant, c.project, c.user_id,"
+                " c.conversation_id FROM turns t JOIN conversations c ON c.id = t.conversation"
+                " WHERE t.committed = 0 AND t.state IN ('accepted', 'running') ORDER BY t.conversation, t.seq"
+            ).fetchall()
+            gone = [row for row in rows if not owners.is_alive(row[3])]
+            connection.executemany(
+                "UPDATE turns SET state='interrupted' WHERE conversation=? AND turn_id=?",
+                [(row[0], row[1]) for row in gone],
+            )
+            return tuple(
+                InterruptedTurn(
+                    scope=ConversationScope(
+                        tenant=tenant, project=project, user_id=user_id, conversation_id=conversation_id
+                    ),
+                    turn_id=turn_id,
+                    was=state,
+                )
+                for _, turn_id, state, _, tenant, project, user_id, conversation_id in gone
+            )
+
+        interrupted = await asyncio.to_thread(self.database.write, work)
+        await asyncio.to_thread(owners.sweep)
+        return interrupted
 
     def _adopt_timeline_files(self) -> None:
         """Move each timeline file an earlier release wrote into the ``timeline`` table, then delete it.
@@ -750,8 +812,12 @@ class SqliteConversationStore:
             path.unlink(missing_ok=True)
 
     async def aclose(self) -> None:
-        """Close the database; the store refuses further work."""
-        await asyncio.to_thread(self.database.close)
+        """Close the database, then give up the root (this instance's unfinished turns count as interrupted
+        from then on); the store refuses further work."""
+        try:
+            await asyncio.to_thread(self.database.close)
+        finally:
+            await asyncio.to_thread(self.owners.release)
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -794,12 +860,7 @@ class SqliteConversationStore:
 
         return await asyncio.to_thread(self.database.read, work)
 
-    # -- turns begun by this instance (embedded mode is one process per root) ------------------
-
-    def running_turns(self, conversation: int) -> tuple[str, ...]:
-        """Return the turns of ``conversation`` this instance began and has not committed."""
-        with self._running_lock:
-            return tuple(turn for (_, turn), (conv, _) in self._running.items() if conv == conversation)
+    # -- turns this instance accepted or began and has not ended ------------------------------
 
     def running_turn(self, scope: ConversationScope, turn_id: str) -> tuple[int, int] | None:
         """Return ``(conversation row id, rounds appended)`` of a turn this instance runs, else ``None``."""
@@ -807,8 +868,8 @@ class SqliteConversationStore:
             return self._running.get((scope, turn_id))
 
     def mark_running(self, scope: ConversationScope, conversation: int, turn_id: str, *, rounds: int) -> None:
-        """Remember that this instance runs ``turn_id`` and how many rounds it appended (a load then
-        does not call it interrupted, and an append need not look it up)."""
+        """Remember that this instance runs ``turn_id`` and how many rounds it appended (an append then need
+        not look it up)."""
         with self._running_lock:
             self._running[(scope, turn_id)] = (conversation, rounds)
 
