@@ -13,22 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+from pip_tools import pip
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
 
 BERTH = str(Path(sys.executable).parent / "berth")
 SCOPE = "/v1/default/default"
-
-
-def pip(*args: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "--quiet", "--disable-pip-version-check", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
 
 
 def free_port() -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pip_tools import pip
 
 from berth.config import Configuration
 from berth.host.registry import BundleRegistry
@@ -17,17 +18,6 @@ from berth.host.scaffold import scaffold_bundle
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
 
 BERTH = str(Path(sys.executable).parent / "berth")
-
-
-def pip(*args: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "--quiet", "--disable-pip-version-check", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
 
 
 @pytest.fixture

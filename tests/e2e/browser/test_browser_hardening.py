@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from web_ui_kit import BerthHost
+from web_ui_kit import BerthHost, sign_in
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Page
@@ -23,16 +23,6 @@ def strict_page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
-def sign_in(page: Page, host: BerthHost) -> None:
-    page.goto(host.url + "/")
-    page.wait_for_selector("#login-form", state="visible")
-    page.fill("#login-key", "acme-web-dev-key")
-    page.fill("#login-tenant", "acme")
-    page.fill("#login-project", "support")
-    page.click("#login-form button[type='submit']")
-    page.wait_for_selector("body[data-ready='true']")
-
-
 def test_the_ui_works_under_its_policy_without_a_single_violation(strict_page: Page, keyed_host: BerthHost) -> None:
     page = strict_page
     refused: list[str] = []
@@ -42,7 +32,7 @@ def test_the_ui_works_under_its_policy_without_a_single_violation(strict_page: P
             refused.append(message.text)
 
     page.on("console", watch)
-    sign_in(page, keyed_host)
+    sign_in(page, keyed_host, "support")
     page.select_option("#bundle-select", "hello")
     page.fill("#composer-input", "Hello there")
     page.press("#composer-input", "Enter")
@@ -56,7 +46,7 @@ def test_the_ui_works_under_its_policy_without_a_single_violation(strict_page: P
 
 def test_a_widget_opened_directly_cannot_read_the_uis_storage(strict_page: Page, keyed_host: BerthHost) -> None:
     page = strict_page
-    sign_in(page, keyed_host)
+    sign_in(page, keyed_host, "support")
     assert page.evaluate("localStorage.getItem('berth.apiKey')") == "acme-web-dev-key"
     page.goto(keyed_host.url + "/b/hello/widgets/greeter/")
     page.wait_for_selector("#greet")

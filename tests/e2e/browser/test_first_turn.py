@@ -8,23 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from web_ui_kit import BerthHost
+from web_ui_kit import BerthHost, sign_in
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 pytestmark = pytest.mark.browser
-
-
-def sign_in(page: Page, host: BerthHost, project: str) -> None:
-    """Sign in as the README says: key acme-web-dev-key, tenant acme, a project the key covers."""
-    page.goto(host.url + "/")
-    page.wait_for_selector("#login-form", state="visible")
-    page.fill("#login-key", "acme-web-dev-key")
-    page.fill("#login-tenant", "acme")
-    page.fill("#login-project", project)
-    page.click("#login-form button[type='submit']")
-    page.wait_for_selector("body[data-ready='true']")
 
 
 def first_turn_is_clean(page: Page) -> str:

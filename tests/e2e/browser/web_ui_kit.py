@@ -143,3 +143,14 @@ def sse_frames(body: str) -> list[dict[str, Any]]:
             frame[name] = value
         frames.append(frame)
     return frames
+
+
+def sign_in(page: Page, host: BerthHost, project: str = "support", tenant: str = "acme") -> None:
+    """Sign in as the README says: key ``acme-web-dev-key``, tenant ``acme``, a project the key covers."""
+    page.goto(host.url + "/")
+    page.wait_for_selector("#login-form", state="visible")
+    page.fill("#login-key", "acme-web-dev-key")
+    page.fill("#login-tenant", tenant)
+    page.fill("#login-project", project)
+    page.click("#login-form button[type='submit']")
+    page.wait_for_selector("body[data-ready='true']")
