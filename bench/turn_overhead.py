@@ -6,7 +6,9 @@ The model answers instantly, so everything a round costs is the framework's: for
 conversation store, a :class:`~berth.default_plugins.models.scripted.ScriptedProvider` whose responses arrive in
 ``--chunk-size`` character chunks). For LangGraph it is the ReAct agent built by
 ``langchain.agents.create_agent`` and by the deprecated ``langgraph.prebuilt.create_react_agent``,
-each with an ``InMemorySaver`` checkpointer, driven by a minimal ``BaseChatModel`` subclass (with
+each with an ``InMemorySaver`` checkpointer (LangGraph's documented way to keep a conversation) and each
+without one (its fastest configuration: "(no cp)", the caller passes the whole history every turn), driven
+by a minimal ``BaseChatModel`` subclass (with
 ``bind_tools``) that replays the same script as ``AIMessage`` tool calls; both use ``ainvoke`` and an
 async tool, as Berth does.
 
@@ -21,7 +23,8 @@ Every figure is the median of ``--repeat`` runs (default 5: an 8-round turn ends
 whose time varies on this disk; the 500-round turn runs ``max(1, repeat - 2)`` times), after one
 10-round warm-up turn per framework. Berth, which takes seconds where LangGraph takes a minute, is
 measured in ``--sessions`` sessions (default 3) spread between LangGraph's and its figures are the
-median over all of them: on a shared machine a slow phase then weighs on both. It prints a table of
+median over all of them, printed with its min-max: on a shared machine a slow phase then weighs on both.
+It prints a table of
 milliseconds per round and each LangGraph column's ratio to Berth. Note what each side persists:
 Berth commits every round to SQLite on disk (WAL, ``synchronous=NORMAL``: survives a killed process)
 and the timeline once per turn (``fsync``-ed); LangGraph's ``InMemorySaver`` keeps its checkpoints in
@@ -243,9 +246,11 @@ def langgraph_available() -> str | None:
 
 
 class LangGraphStack:
-    """One LangGraph ReAct agent (``create_agent`` or ``create_react_agent``) with an in-memory checkpointer."""
+    """One LangGraph ReAct agent (``create_agent`` or ``create_react_agent``), with an in-memory checkpointer
+    (``InMemorySaver``, LangGraph's documented way to keep a conversation) or without one (its fastest
+    configuration: the caller keeps each conversation's messages and passes them all on every turn)."""
 
-    def __init__(self, builder: str) -> None:
+    def __init__(self, builder: str, *, checkpointer: bool = True) -> None:
         from langchain_core.language_models.chat_models import BaseChatModel
         from langchain_core.messages import AIMessage, BaseMessage
         from langchain_core.outputs import ChatGeneration, ChatResult
@@ -281,13 +286,19 @@ class LangGraphStack:
         if builder == "create_agent":
             from langchain.agents import create_agent
 
-            self.agent = create_agent(model, [lookup], system_prompt=instructions, checkpointer=InMemorySaver())
+            self.agent = create_agent(
+                model, [lookup], system_prompt=instructions, checkpointer=InMemorySaver() if checkpointer else None
+            )
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 from langgraph.prebuilt import create_react_agent
 
-                self.agent = create_react_agent(model, [lookup], prompt=instructions, checkpointer=InMemorySaver())
+                self.agent = create_react_agent(
+                    model, [lookup], prompt=instructions, checkpointer=InMemorySaver() if checkpointer else None
+                )
+        self.checkpointer = checkpointer
+        self.histories: dict[str, list[Any]] = {}
         self.threads = 0
         self._ai_message = AIMessage
 
@@ -313,9 +324,12 @@ class LangGraphStack:
         self._script(turn, rounds)
         message = f"Turn {turn}: reconcile the ledger. " + filler(turn, 120)
         config = {"configurable": {"thread_id": thread}, "recursion_limit": 2 * rounds + 5}
+        history = [] if self.checkpointer else self.histories.get(thread, [])
         started = time.perf_counter()
-        state = await self.agent.ainvoke({"messages": [("user", message)]}, config)
+        state = await self.agent.ainvoke({"messages": [*history, ("user", message)]}, config)
         elapsed = time.perf_counter() - started
+        if not self.checkpointer:
+            self.histories[thread] = state["messages"]
         if self.script or state["messages"][-1].content != FINAL_ANSWER:
             raise SystemExit(f"LangGraph turn did not consume its script ({len(self.script)} left)")
         return elapsed
@@ -338,6 +352,10 @@ class Measured:
             self.single.setdefault(rounds, []).extend(times)
         self.turn_1.extend(other.turn_1)
         self.turn_40.extend(other.turn_40)
+
+    def spread_single(self, rounds: int) -> tuple[float, float]:
+        """Min and max ms per round of the one-turn scenario of ``rounds`` rounds."""
+        return min(self.single[rounds]), max(self.single[rounds])
 
     def median_single(self, rounds: int) -> float:
         """Median ms per round of the one-turn scenario of ``rounds`` rounds."""
@@ -373,20 +391,28 @@ async def measure(
 
 
 def print_table(berth: Measured, others: dict[str, Measured]) -> None:
-    """Milliseconds per round of each framework, and each LangGraph column's ratio to Berth."""
-    rows = [(f"1 turn x {n} rounds", lambda m, n=n: m.median_single(n)) for n in TURN_ROUNDS]
+    """Milliseconds per round of each framework (Berth: median with min-max), and each LangGraph column's ratio."""
+    rows = [
+        (f"1 turn x {n} rounds", lambda m, n=n: m.median_single(n), lambda m, n=n: m.spread_single(n))
+        for n in TURN_ROUNDS
+    ]
     rows += [
-        (f"{LONG_TURNS}x{LONG_ROUNDS}: turn 1", lambda m: m.median_turn_1),
-        (f"{LONG_TURNS}x{LONG_ROUNDS}: turn {LONG_TURNS}", lambda m: m.median_turn_40),
+        (f"{LONG_TURNS}x{LONG_ROUNDS}: turn 1", lambda m: m.median_turn_1, lambda m: (min(m.turn_1), max(m.turn_1))),
+        (
+            f"{LONG_TURNS}x{LONG_ROUNDS}: turn {LONG_TURNS}",
+            lambda m: m.median_turn_40,
+            lambda m: (min(m.turn_40), max(m.turn_40)),
+        ),
     ]
     widths = [max(len(name), 9) + 2 for name in others]
-    header = f"{'ms per round':<22}{'Berth':>9}" + "".join(
+    header = f"{'ms per round':<22}{'Berth':>9}{'min-max':>14}" + "".join(
         f"{name:>{width}}{'x Berth':>9}" for name, width in zip(others, widths, strict=True)
     )
     print(header)
     print("-" * len(header))
-    for label, pick in rows:
-        line = f"{label:<22}{pick(berth):>9.3f}"
+    for label, pick, spread in rows:
+        low, high = spread(berth)
+        line = f"{label:<22}{pick(berth):>9.3f}{f'{low:.3f}-{high:.3f}':>14}"
         for measured, width in zip(others.values(), widths, strict=True):
             line += f"{pick(measured):>{width}.3f}{pick(measured) / pick(berth):>8.1f}x"
         print(line)
@@ -572,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             berth = loop.run_until_complete(measure(stack.new_conversation, stack.turn, args.repeat))
             others: dict[str, Measured] = {}
             missing = langgraph_available()
-            builders: tuple[str, ...] = ()
+            builders: tuple[tuple[str, bool], ...] = ()
             if args.no_langgraph:
                 print("LangGraph columns skipped (--no-langgraph)")
             elif missing is None:
@@ -580,18 +606,20 @@ def main(argv: Sequence[str] | None = None) -> None:
                 import langgraph.version
 
                 print(f"langchain {langchain.__version__}, langgraph {langgraph.version.__version__}")
-                builders = ("create_agent", "create_react_agent")
+                # each with LangGraph's in-memory checkpointer, and without one (its fastest configuration)
+                builders = tuple((b, cp) for b in ("create_agent", "create_react_agent") for cp in (True, False))
             else:
                 print(
                     f"LangGraph columns skipped ({missing}); install them with "
                     "`.venv/bin/pip install langchain langgraph` to compare"
                 )
             sessions_left = args.sessions - 1
-            for builder in builders:
+            for builder, checkpointer in builders:
                 started = time.perf_counter()
-                graph = LangGraphStack(builder)
-                others[builder] = loop.run_until_complete(measure(graph.new_conversation, graph.turn, args.repeat))
-                print(f"LangGraph {builder} measured in {time.perf_counter() - started:.0f} s")
+                graph = LangGraphStack(builder, checkpointer=checkpointer)
+                name = builder if checkpointer else f"{builder} (no cp)"
+                others[name] = loop.run_until_complete(measure(graph.new_conversation, graph.turn, args.repeat))
+                print(f"LangGraph {name} measured in {time.perf_counter() - started:.0f} s")
                 del graph  # its in-memory checkpoints would stay on the heap, and in every later GC pass
                 gc.collect()
                 if sessions_left > 0:

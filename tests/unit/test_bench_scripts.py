@@ -38,7 +38,8 @@ TABLES: dict[str, tuple[str, str]] = {
     # An instruction count, not a timing: its baseline is the run with fewer turns, its result their difference.
     "turn_instructions.py": (r"^run\b.*\binstructions$", r"^per round \(\d+-round turns\)\s+[\d,]+$"),
     "turn_overhead.py": (
-        r"^ms per round\s+Berth\s+create_agent\s+x Berth\s+create_react_agent\s+x Berth$",
+        r"^ms per round\s+Berth\s+min-max\s+create_agent\s+x Berth\s+create_agent \(no cp\)\s+x Berth"
+        r"\s+create_react_agent\s+x Berth\s+create_react_agent \(no cp\)\s+x Berth$",
         r"^1 turn x 10 rounds\s.*\d+\.\d+x$",
     ),
 }
