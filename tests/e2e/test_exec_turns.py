@@ -160,3 +160,44 @@ def test_an_unsandboxed_profile_is_named_in_a_warning_at_start_up(
         named = warn_unisolated((f"{t}/{p}", config.settings_for(t, p).exec) for t, p in scopes)
     assert named == ["trusted"]
     assert len([r for r in caplog.records if "isolation: none" in r.getMessage()]) == 1
+
+
+async def test_a_tool_called_from_the_sandbox_keeps_its_own_time_limit(tmp_path: Path) -> None:
+    config = Configuration.load(descriptors(tmp_path / "descriptors"))
+    registry = BundleRegistry(config)
+    assert all(outcome.ok for outcome in await registry.start())
+    store = SqliteConversationStore(tmp_path / "var")
+    await store.open()
+    program = (
+        "from berth_exec import tools\n"
+        "try:\n    tools.call('probe.slow')\nexcept tools.ToolCallError as error:\n    print(error.code)\n"
+    )
+    call = {"action": "call_tool", "tool_call": {"tool_id": "exec.python", "params": {"purpose": "wait"}}}
+    model = ScriptedProvider(
+        [
+            f"<channel:action>{json.dumps(call)}</channel:action><channel:code>{program}</channel:code>",
+            '<channel:action>{"action": "complete"}</channel:action><channel:answer>ok</channel:answer>',
+        ]
+    )
+    runner = TurnRunner(
+        store=store,
+        models=lambda role: (ModelRef(provider="scripted", model="script"), model),
+        execution=Execution({"local": LocalBackend.from_profile}),
+    )
+    scope = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="c2")
+
+    async def ignore(event: TurnEvent) -> None:
+        return None
+
+    try:
+        async with registry.use("probe") as generation:
+            context = registry.context_for(generation, "acme", "support")
+            await runner.run(generation, context, TurnInput(scope=scope, turn_id="turn_1", message="go"), ignore)
+        log = await store.conversation(scope).read_turn_log("turn_1")
+        records = [r for round_ in log.rounds for r in round_.blocks]
+        envelope = json.loads(next(json.loads(r.json) for r in records if r.path == "tc:turn_1.c1.result")["text"])
+        assert envelope["user_out_tail"].strip() == "tool_timeout"
+        assert envelope["duration_s"] < 1.5  # the call ended at the tool's 0.3 s, not after its 2 s
+    finally:
+        await store.aclose()
+        await registry.close()

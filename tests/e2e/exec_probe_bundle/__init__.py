@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pydantic import BaseModel
 
 from berth import AgentSpec, BundleContext, BundleInfo, ToolPack, hookimpl, tool
@@ -41,4 +43,10 @@ def berth_tools(ctx: BundleContext) -> list[object]:
             "key_prefix": ctx.secret("b:probe_key").reveal()[:6],
         }
 
-    return [whoami, ToolPack(id="exec")]
+    @tool(timeout_s=0.3)
+    def slow() -> str:
+        """Take longer than this tool's own time limit."""
+        time.sleep(2)
+        return "late"
+
+    return [whoami, slow, ToolPack(id="exec")]

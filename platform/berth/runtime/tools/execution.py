@@ -10,6 +10,7 @@ scope (the supervisor serves them), and ``tools.read("fi:…")`` reads logical p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -52,7 +53,8 @@ class TurnToolDispatch:
         return self._tool_ids
 
     async def call(self, tool_id: str, params: dict[str, Any]) -> Any:
-        """Validate and run a tool exactly as a turn's tool call does; its value is the result."""
+        """Validate and run a tool exactly as a turn's tool call does (its own timeout too); its value is the
+        result."""
         tool = self._toolbox.get(tool_id)
         if tool is None:
             raise SupervisorRefusal("tool_not_allowed", f"{tool_id} is not available in this turn")
@@ -61,10 +63,13 @@ class TurnToolDispatch:
         except ValidationError as error:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in error.errors())
             raise SupervisorRefusal("tool_params_invalid", f"params of {tool_id}: {problems}") from None
+        run = tool.run(validated, self._state)
         try:
-            value = await tool.run(validated, self._state)
+            value = await (asyncio.wait_for(run, tool.timeout_s) if tool.timeout_s else run)
         except ToolNotice as notice:
             raise SupervisorRefusal(notice.code, notice.message) from None
+        except TimeoutError:
+            raise SupervisorRefusal("tool_timeout", f"{tool_id} did not finish within {tool.timeout_s:g} s") from None
         output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
         if output.is_error:
             raise SupervisorRefusal("tool_failed", str(output.value))
