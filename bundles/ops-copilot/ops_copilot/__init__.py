@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from berth import AgentSpec, BundleContext, BundleInfo, hookimpl
+from berth import AgentSpec, BundleContext, BundleInfo, ToolPack, hookimpl
 
 from .timeline import incident_timeline
 
@@ -34,5 +34,5 @@ def berth_agent(ctx: BundleContext) -> AgentSpec:
 
 @hookimpl
 def berth_tools(ctx: BundleContext) -> list[object]:
-    """``ops-copilot.incident_timeline``."""
-    return [incident_timeline]
+    """``ops-copilot.incident_timeline``, and ``exec.python`` to crunch logs and draw charts in the sandbox."""
+    return [incident_timeline, ToolPack(id="exec")]
