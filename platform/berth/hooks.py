@@ -141,7 +141,7 @@ def berth_tools(ctx: BundleContext) -> Sequence[object] | BundleTools:
     """Contribute the bundle's tools descriptor.
 
     Items are ``@tool`` functions (ids ``<alias>.<function>``, the alias being the bundle id unless a
-    :class:`~berth.tools.contributions.BundleTools` names another), ``ToolPack("web")`` references and
+    :class:`~berth.tools.contributions.BundleTools` names another), ``ToolPack(id="web")`` references and
     ``McpServer(...)`` configurations.
 
     :param ctx: the bundle context (props may enable or configure tools).

@@ -1,4 +1,4 @@
-"""Tool packs: platform plugins that contribute tools a bundle enables by id (``ToolPack("web")``).
+"""Tool packs: platform plugins that contribute tools a bundle enables by id (``ToolPack(id="web")``).
 
 A plugin's ``berth_tool_packs()`` returns ``{pack_id: factory}``; the runtime calls
 ``factory(PackContext)`` per bundle generation and scope and gets the pack's tool specs. A pack's tool

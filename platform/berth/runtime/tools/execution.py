@@ -95,7 +95,7 @@ def exec_tool(
     toolbox: ToolBox,
     bundle_tool_ids: Collection[str],
 ) -> RuntimeTool:
-    """``exec.python`` for one turn. ``options`` are the bundle's ``ToolPack("exec", {...})`` options:
+    """``exec.python`` for one turn. ``options`` are the bundle's ``ToolPack(id="exec", options={...})`` options:
     ``profile`` (its default) and ``profiles`` (the ones the model may choose)."""
     default_profile = str(options.get("profile") or config.default_profile)
     allowed = {default_profile, *map(str, options.get("profiles", ()))}
