@@ -113,7 +113,11 @@ pytest                      # its tests, with the bundle_host fixture
 ```
 
 `--reload` watches the source folder of every bundle installed in editable mode (`pip install -e`, as above):
-edit `tools.py`, save, and the next turn runs the new code (in-flight turns finish on the old one).
+edit `tools.py`, save, and the next turn runs the new code (in-flight turns finish on the old one). Install
+before you start the host: a package installed in editable mode while it runs is found after a restart.
+
+`--demo` answers without a model key: the demo model reads the bundle's first skill and calls its first tool
+whose required params it can fill from their schema, so a first message shows `echo` at work.
 """
 
 

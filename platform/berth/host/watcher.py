@@ -32,12 +32,17 @@ def _python_or_data_change(change: Change, path: str) -> bool:
 
 
 class BundleWatcher:
-    """Watches every folder bundle with ``watch: true`` and reloads it when its files change."""
+    """Watches every folder bundle with ``watch: true`` and every editable-installed bundle, and reloads a
+    bundle when its files change. The watched folders follow the descriptors: a bundle that ``bundles.yaml``
+    names after the start is watched from then on."""
 
     def __init__(self, registry: BundleRegistry, reload: Callable[[str], Awaitable[object]] | None = None) -> None:
         self._registry = registry
         self._reload = reload or (lambda bundle_id: registry.reload(bundle_id, reason="watch"))
         self._stop = asyncio.Event()
+        # ends the current watch: set by stop(), or when the descriptors changed (and so may the folders)
+        self._rewatch = asyncio.Event()
+        registry.add_listener(lambda outcome: self._rewatch.set() if outcome.reason == "descriptors" else None)
 
     def watched(self) -> dict[Path, str]:
         """Folder → bundle id of every watched bundle: folder bundles with ``watch: true``, and every bundle
@@ -57,28 +62,33 @@ class BundleWatcher:
 
     async def run(self) -> None:
         """Watch until :meth:`stop`; each batch of changes reloads each affected bundle once."""
-        folders = self.watched()
-        if not folders:
-            await self._stop.wait()
-            return
-        async for changes in awatch(
-            *folders, watch_filter=_python_or_data_change, debounce=DEBOUNCE_MS, step=10, stop_event=self._stop
-        ):
-            touched = sorted(
-                {
-                    bundle
-                    for folder, bundle in folders.items()
-                    for _, path in changes
-                    if Path(path).is_relative_to(folder)
-                }
-            )
-            for bundle_id in touched:
-                log.info("files of bundle %s changed; reloading", bundle_id)
-                await self._reload(bundle_id)
+        while not self._stop.is_set():
+            self._rewatch.clear()
+            # reads entry points and distribution metadata from disk: off the event loop
+            folders = await asyncio.to_thread(self.watched)
+            if not folders:
+                await self._rewatch.wait()
+                continue
+            async for changes in awatch(
+                *folders, watch_filter=_python_or_data_change, debounce=DEBOUNCE_MS, step=10, stop_event=self._rewatch
+            ):
+                named = self._registry.config.descriptors.bundles.bundles
+                touched = sorted(
+                    {
+                        bundle
+                        for folder, bundle in folders.items()
+                        for _, path in changes
+                        if Path(path).is_relative_to(folder) and bundle in named
+                    }
+                )
+                for bundle_id in touched:
+                    log.info("files of bundle %s changed; reloading", bundle_id)
+                    await self._reload(bundle_id)
 
     def stop(self) -> None:
         """End :meth:`run`."""
         self._stop.set()
+        self._rewatch.set()
 
 
 class DescriptorWatcher:

@@ -9,10 +9,10 @@ only in what is sent to clients — the raw text the model wrote is stored as it
 
 A SID the lookup does not know, or whose URL is not http(s), is left out (collected in
 ``unknown_sids``): a token citing none that can be linked disappears, so a reader never sees a raw
-``[[S:9]]``. A token naming more than :data:`MAX_SIDS_PER_TOKEN` sources, or longer than
-:data:`TOKEN_MAX_LEN` characters, is not a citation and is left as written. :class:`CitationScanner`
-holds back only a tail that could still become a token, so a token split across chunks is never partly
-emitted.
+``[[S:9]]``. A token naming more than :data:`MAX_SIDS_PER_TOKEN` sources stands for the first that many
+(a range is never expanded further). Only text longer than :data:`TOKEN_MAX_LEN` characters, which no
+list of sources needs, is not a citation and is left as written. :class:`CitationScanner` holds back
+only a tail that could still become a token, so a token split across chunks is never partly emitted.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 #: How a citation is rendered: markdown links, or an html ``<sup class="cite">``.
 CitationStyle = Literal["markdown", "html"]
 
-#: The longest citation token; a longer ``[[S:…]]`` is ordinary text.
-TOKEN_MAX_LEN = 128
-#: The most sources one token may name (after expanding ranges); a token naming more is left as written.
+#: The longest citation token; a longer ``[[S:…]]`` is ordinary text. Generous on purpose: a model listing
+#: sources one by one (``[[S:101, 102, …]]``) writes a long token, and one left as written would show raw.
+#: (Keep it under 4300: ``int()`` refuses longer digit strings.)
+TOKEN_MAX_LEN = 1024
+#: The most sources one token stands for (after expanding ranges): the first that many it names.
 MAX_SIDS_PER_TOKEN = 64
 
 _TOKEN = re.compile(
@@ -42,8 +44,8 @@ _TOKEN = re.compile(
 # over-approximation: it is released as text as soon as a character rules it out).
 _TOKEN_PREFIX = re.compile(r"\[(?:\[[ \tSs:\d,\-]*\]?)?\Z")
 _MAX_CACHED_TOKENS = 1024
-# how one token body renders: the text (None: leave the token as written), known sources, unknown SIDs
-_Rendering = tuple[str | None, tuple["CitationSource", ...], tuple[int, ...]]
+# how one token body renders: the text (empty: the token is dropped), known sources, unknown SIDs
+_Rendering = tuple[str, tuple["CitationSource", ...], tuple[int, ...]]
 _SID_ITEM = re.compile(r"(\d+)(?:[ \t]*-[ \t]*(\d+))?")
 _CITABLE_SCHEMES = frozenset({"http", "https"})
 
@@ -71,23 +73,21 @@ class SourceLookup(Protocol):
         ...
 
 
-def parse_sids(body: str) -> tuple[int, ...] | None:
+def parse_sids(body: str) -> tuple[int, ...]:
     """Return the SIDs a token body (``"1, 3"``, ``"2-4"``) names, in order, without repeats.
 
-    A reversed range (``4-2``) means the same as ``2-4``. Return ``None`` when the body names more than
-    :data:`MAX_SIDS_PER_TOKEN` sources.
+    A reversed range (``4-2``) means the same as ``2-4``. Only the first :data:`MAX_SIDS_PER_TOKEN` SIDs
+    are returned: ``1-1000000`` is never expanded further.
     """
     sids: dict[int, None] = {}
     for match in _SID_ITEM.finditer(body):
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         low, high = min(first, last), max(first, last)
-        if high - low >= MAX_SIDS_PER_TOKEN:
-            return None
-        for sid in range(low, high + 1):
+        for sid in range(low, min(high, low + MAX_SIDS_PER_TOKEN - 1) + 1):
             sids[sid] = None
-        if len(sids) > MAX_SIDS_PER_TOKEN:
-            return None
+            if len(sids) == MAX_SIDS_PER_TOKEN:
+                return tuple(sids)
     return tuple(sids)
 
 
@@ -96,7 +96,7 @@ def cited_sids(text: str) -> tuple[int, ...]:
     sids: dict[int, None] = {}
     for match in _TOKEN.finditer(text):
         if len(match.group(0)) <= TOKEN_MAX_LEN:
-            for sid in parse_sids(match.group(1)) or ():
+            for sid in parse_sids(match.group(1)):
                 sids[sid] = None
     return tuple(sids)
 
@@ -155,12 +155,9 @@ class CitationScanner:
         while (start := buf.find("[", search)) >= 0:
             match = _TOKEN.match(buf, start)
             if match is not None and match.end() - start <= TOKEN_MAX_LEN:
-                rendered = self._render(match.group(1))
-                if rendered is not None:
-                    parts.append(buf[pos:start])
-                    parts.append(rendered)
-                    pos = match.end()
-                search = match.end()
+                parts.append(buf[pos:start])
+                parts.append(self._render(match.group(1)))
+                pos = search = match.end()
                 continue
             if len(buf) - start < TOKEN_MAX_LEN and _TOKEN_PREFIX.match(buf, start):
                 self._tail = buf[start:]
@@ -177,7 +174,7 @@ class CitationScanner:
         tail, self._tail = self._tail, ""
         return tail, tail
 
-    def _render(self, body: str) -> str | None:
+    def _render(self, body: str) -> str:
         rendering = self._renderings.get(body)
         if rendering is None:
             if len(self._renderings) >= _MAX_CACHED_TOKENS:
@@ -191,12 +188,9 @@ class CitationScanner:
         return rendered
 
     def _render_body(self, body: str) -> _Rendering:
-        sids = parse_sids(body)
-        if sids is None:
-            return None, (), ()
         known: list[CitationSource] = []
         unknown: list[int] = []
-        for sid in sids:
+        for sid in parse_sids(body):
             source = self._sources.get(sid)
             if source is not None and source.citable:
                 known.append(source)

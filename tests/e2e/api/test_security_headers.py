@@ -1,12 +1,15 @@
-"""Browser hardening headers on every UI, static and widget response; who may read ``/metrics``."""
+"""Browser hardening headers on every UI, static and widget response (who may read ``/metrics``:
+test_metrics_access.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from api_stack import api_stack
 
+from berth.api.app import STATIC
 from berth.api.security_headers import UI_POLICY, WIDGET_POLICY
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
@@ -14,25 +17,56 @@ pytestmark = pytest.mark.usefixtures("clean_berth_env")
 DONE = ['<channel:action>{"action": "complete", "notes": ""}</channel:action><channel:answer>ok</channel:answer>']
 
 
-async def test_the_ui_and_its_static_files_carry_a_strict_policy(tmp_path: Path) -> None:
-    async with api_stack(tmp_path, DONE) as stack:
-        for path in ("/", "/static/app.js", "/static/style.css"):
-            answer = await stack.client.get(path)
-            assert answer.status_code == 200, path
-            assert answer.headers["content-security-policy"] == UI_POLICY
-            assert answer.headers["x-content-type-options"] == "nosniff"
-            assert answer.headers["referrer-policy"] == "no-referrer"
-            assert answer.headers["x-frame-options"] == "DENY"
-        assert "'unsafe-inline'" not in UI_POLICY and "frame-ancestors 'none'" in UI_POLICY
+def test_the_ui_policy_needs_no_inline_script_and_frames_only_its_own_widgets() -> None:
+    directives = dict(part.strip().split(" ", 1) for part in UI_POLICY.split(";"))
+    assert directives["script-src"] == "'self'"
+    assert directives["connect-src"] == "'self'"
+    assert directives["frame-ancestors"] == "'none'"
+    assert directives["object-src"] == "'none'"
+    assert directives["base-uri"] == "'none'"
+    assert "'unsafe-inline'" not in UI_POLICY and "'unsafe-eval'" not in UI_POLICY
+    page = (STATIC / "index.html").read_text()
+    assert re.findall(r"<script[^>]*>", page) == ['<script type="module" src="/static/app.js">']
+    assert not re.search(r"<[^>]*\son[a-z]+\s*=", page)  # no inline event handler
+    assert not re.search(r"<style|\sstyle\s*=", page)  # no inline style
 
 
-async def test_every_widget_response_is_sandboxed_even_errors(tmp_path: Path) -> None:
+async def test_the_ui_and_every_static_file_carry_a_strict_policy(tmp_path: Path) -> None:
+    static_files = sorted(f"/static/{file.name}" for file in STATIC.iterdir() if file.is_file())
+    assert {"/static/app.js", "/static/index.html", "/static/style.css"} <= set(static_files)
     async with api_stack(tmp_path, DONE) as stack:
-        for path in ("/b/hello/widgets/greeter/", "/b/hello/widgets/greeter/index.html", "/b/hello/widgets/nope/x"):
+        for method, path in [
+            ("GET", "/"),
+            ("HEAD", "/static/app.js"),
+            *(("GET", p) for p in static_files),
+            ("GET", "/static/nope"),
+        ]:
+            answer = await stack.client.request(method, path)
+            assert answer.status_code == (404 if path == "/static/nope" else 200), path
+            assert answer.headers["content-security-policy"] == UI_POLICY, path
+            assert answer.headers["x-content-type-options"] == "nosniff", path
+            assert answer.headers["referrer-policy"] == "no-referrer", path
+            assert answer.headers["x-frame-options"] == "DENY", path
+
+
+async def test_every_widget_response_is_sandboxed_even_errors_and_redirects(tmp_path: Path) -> None:
+    paths = {
+        "/b/hello/widgets/greeter/": 200,
+        "/b/hello/widgets/greeter/index.html": 200,
+        "/b/hello/widgets/greeter": 307,  # to the trailing slash
+        "/b/hello/widgets/greeter/missing.js": 404,
+        "/b/hello/widgets/nope/x": 404,
+        "/b/nope/widgets/greeter/": 404,
+    }
+    async with api_stack(tmp_path, DONE) as stack:
+        for path, status in paths.items():
             answer = await stack.client.get(path)
+            assert answer.status_code == status, path
             assert answer.headers["content-security-policy"] == WIDGET_POLICY, path
             assert answer.headers["content-security-policy"].startswith("sandbox allow-scripts")
-            assert answer.headers["x-content-type-options"] == "nosniff"
+            assert "allow-same-origin" not in answer.headers["content-security-policy"]
+            assert answer.headers["x-content-type-options"] == "nosniff", path
+            assert answer.headers["referrer-policy"] == "no-referrer", path
 
 
 async def test_api_answers_are_nosniff(tmp_path: Path) -> None:
@@ -40,21 +74,3 @@ async def test_api_answers_are_nosniff(tmp_path: Path) -> None:
         answer = await stack.client.get("/healthz")
         assert answer.headers["x-content-type-options"] == "nosniff"
         assert "content-security-policy" not in answer.headers
-
-
-async def test_metrics_need_an_admin_key_by_default(tmp_path: Path) -> None:
-    async with api_stack(tmp_path, DONE) as stack:
-        anonymous = await stack.client.get("/metrics")
-        assert anonymous.status_code == 401
-        assert anonymous.json()["error"]["code"] == "unauthorized"
-        tenant = await stack.client.get("/metrics", headers=stack.auth("acme"))
-        assert tenant.status_code == 403
-        assert "acme" not in tenant.text
-        admin = await stack.client.get("/metrics", headers=stack.auth("admin"))
-        assert admin.status_code == 200
-        assert "berth_turns_running" in admin.text
-
-
-async def test_metrics_can_be_opened_in_assembly_yaml(tmp_path: Path) -> None:
-    async with api_stack(tmp_path, DONE, platform={"metrics": {"access": "open"}}) as stack:
-        assert (await stack.client.get("/metrics")).status_code == 200

@@ -49,3 +49,21 @@ def test_the_first_turn_is_clean_in_every_example_bundle(page: Page, keyed_host:
     sign_in(page, keyed_host, "internal")
     assert page.input_value("#bundle-select") == "ops-copilot"
     first_turn_is_clean(page)
+
+
+def test_the_web_ui_never_shows_a_citation_marker_raw(page: Page, keyed_host: BerthHost) -> None:
+    sign_in(page, keyed_host, "support")
+    rendered = page.evaluate(
+        "async (texts) => { const ui = await import('/static/app.js');"
+        " const pool = new Map([[1, {url: 'https://a.example/', title: 'A'}],"
+        " [3, {url: 'https://c.example/', title: 'C'}]]);"
+        " return texts.map((text) => ui.renderCitationTokens(text, pool)); }",
+        ["x [[s:7]] y", "x [[ S : 9 ]] y", "x [[S:\t1 ]] y", "x [[S:3-1]] y", "x [[S:1-1000000000]] y"],
+    )
+    assert rendered == [
+        "x  y",
+        "x  y",
+        "x [A](https://a.example/) y",
+        "x [A](https://a.example/) [C](https://c.example/) y",
+        "x [A](https://a.example/) [C](https://c.example/) y",
+    ]

@@ -40,10 +40,11 @@ def test_token_bodies_name_sids_in_order_without_repeats(body: str, sids: tuple[
     assert parse_sids(body) == sids
 
 
-def test_a_token_naming_too_many_sources_is_refused() -> None:
-    assert parse_sids(f"1-{MAX_SIDS_PER_TOKEN}") is not None
-    assert parse_sids(f"1-{MAX_SIDS_PER_TOKEN + 1}") is None
-    assert parse_sids(",".join(str(i) for i in range(MAX_SIDS_PER_TOKEN + 1))) is None
+def test_a_token_naming_too_many_sources_stands_for_the_first_of_them() -> None:
+    first = tuple(range(1, MAX_SIDS_PER_TOKEN + 1))
+    assert parse_sids(f"1-{MAX_SIDS_PER_TOKEN}") == first
+    assert parse_sids(f"1-{MAX_SIDS_PER_TOKEN + 1}") == first
+    assert parse_sids(",".join(str(i) for i in range(1, MAX_SIDS_PER_TOKEN + 2))) == first
 
 
 @pytest.mark.parametrize(
@@ -172,10 +173,12 @@ def test_cited_sids_lists_what_raw_text_cites() -> None:
     assert cited_sids("a [[S:3]] b [[S:1-2, 3]] c [[S:nope]]") == (3, 1, 2)
 
 
-def test_a_token_naming_too_many_sources_is_left_as_written(sources: dict[int, CitationSource]) -> None:
-    token = f"[[S:1-{MAX_SIDS_PER_TOKEN + 1}]]"
-    assert render_citations(token, sources) == token
-    assert cited_sids(token) == ()
+def test_a_token_naming_too_many_sources_links_the_known_among_the_first(
+    sources: dict[int, CitationSource],
+) -> None:
+    token = f"[[S:{MAX_SIDS_PER_TOKEN + 1}, 1-{MAX_SIDS_PER_TOKEN + 1}]]"
+    assert render_citations(token, sources) == ", ".join(link(sid) for sid in range(1, 6))
+    assert cited_sids(token) == (MAX_SIDS_PER_TOKEN + 1, *range(1, MAX_SIDS_PER_TOKEN))
 
 
 def test_cited_sids_ignores_tokens_longer_than_the_limit() -> None:

@@ -151,19 +151,22 @@ export function renderMarkdown(text, context = {}) {
   return out.join("");
 }
 
-const CITATION_TOKEN = /\[\[S:\s*([\d,\s-]+)\]\]/g;
+// The server's grammar (streaming/citations.py): any case, spaces and tabs inside, ranges either way round.
+const CITATION_TOKEN = /\[\[[ \t]*S[ \t]*:([\d,\s-]+)\]\]/gi;
+const MAX_SIDS_PER_TOKEN = 64;
 
-/** Replace stored ``[[S:1]]``, ``[[S:1,3]]``, ``[[S:2-4]]`` tokens with markdown links to known sources. */
+/** Replace stored ``[[S:1]]``, ``[[S:1,3]]``, ``[[S:2-4]]`` tokens with markdown links to known sources;
+ * a token with no known source is dropped, never shown raw. */
 export function renderCitationTokens(text, sourcesBySid) {
   return String(text).replace(CITATION_TOKEN, (_, spec) => {
-    const sids = [];
+    const sids = new Set();
     for (const part of spec.split(",")) {
       const [from, to] = part.split("-").map((n) => parseInt(n, 10));
       if (Number.isNaN(from)) continue;
-      const last = Number.isNaN(to) || to === undefined ? from : Math.min(to, from + 50);
-      for (let sid = from; sid <= last; sid += 1) sids.push(sid);
+      const [low, high] = Number.isNaN(to) || to === undefined ? [from, from] : [Math.min(from, to), Math.max(from, to)];
+      for (let sid = low; sid <= high && sids.size < MAX_SIDS_PER_TOKEN; sid += 1) sids.add(sid);
     }
-    return sids
+    return [...sids]
       .map((sid) => sourcesBySid.get(sid))
       .filter((source) => source && SAFE_URL.test(source.url))
       .map((source) => `[${String(source.title || source.url).replace(/[[\]]/g, "")}](${source.url})`)
