@@ -17,8 +17,13 @@ Arms:
 * **local (bwrap)**: :class:`berth.execution.runs.ExecService` with the ``local`` backend: run folder, supervisor,
   bubblewrap sandbox with its own uid, limits, output collection, envelope.
 
-It prints median, min and max per arm (the machine is noisy) and the ratio local/bare. Target: the local sandbox
-within 3x of the bare subprocess. The Docker and Fargate backends join this table when they land.
+* **docker split**: the same service with the ``docker`` backend (``berth-docker``): a fresh executor container
+  per run (``--network none``, read-only root, no capabilities, limits), when a Docker engine answers on
+  ``DOCKER_HOST`` and has the exec image (``--docker-image``, default ``berth-exec:latest``; ``berth exec
+  build-image`` makes it).
+
+It prints median, min and max per arm (the machine is noisy) and the ratio to bare. Targets: the local sandbox
+within 3x of the bare subprocess; docker split under 1.5 s. The Fargate backend joins this table when it lands.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Any
 from berth.default_plugins.exec.local import LocalBackend, bwrap_works, package_folder
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecService
+from berth.execution.sandbox import ExecBackend
 from berth.execution.supervisor import Supervisor
 
 PYTHON = "/usr/bin/python3"
@@ -91,12 +97,12 @@ async def bare(code: str, folder: Path, with_tools: bool) -> float:
     return elapsed
 
 
-async def sandboxed(service: ExecService, code: str, with_tools: bool) -> float:
-    """Run ``code`` through the exec service and the local backend."""
+async def sandboxed(service: ExecService, backend: ExecBackend, code: str, with_tools: bool) -> float:
+    """Run ``code`` through the exec service and ``backend``."""
     started = time.perf_counter()
     run = await service.run(
         code,
-        backend=LocalBackend(isolation="bwrap"),
+        backend=backend,
         limits=ExecLimits(timeout_s=30),
         bundle_id="bench",
         dispatch=EchoTools() if with_tools else None,
@@ -106,8 +112,8 @@ async def sandboxed(service: ExecService, code: str, with_tools: bool) -> float:
     return elapsed
 
 
-async def measure(runs: int) -> list[tuple[str, str, list[float]]]:
-    """Every (program, arm) timed ``runs`` times, arms interleaved so that slow phases hit both."""
+async def measure(runs: int, backends: dict[str, ExecBackend]) -> list[tuple[str, str, list[float]]]:
+    """Every (program, arm) timed ``runs`` times, arms interleaved so that slow phases hit all of them."""
     service = ExecService(root=Path(tempfile.gettempdir()) / f"berth-exec-bench-{os.getpid()}")
     rows: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -115,7 +121,8 @@ async def measure(runs: int) -> list[tuple[str, str, list[float]]]:
         arms: list[tuple[str, str, Callable[[], Awaitable[float]]]] = []
         for label, code, with_tools in (("trivial", TRIVIAL, False), ("10 tool calls", TOOL_CALLS, True)):
             arms.append((label, "bare subprocess", lambda c=code, t=with_tools: bare(c, folder, t)))
-            arms.append((label, "local (bwrap)", lambda c=code, t=with_tools: sandboxed(service, c, t)))
+            for name, backend in backends.items():
+                arms.append((label, name, lambda b=backend, c=code, t=with_tools: sandboxed(service, b, c, t)))
         for _, _, arm in arms:  # warm-up: caches, imports
             await arm()
         for _ in range(runs):
@@ -126,15 +133,30 @@ async def measure(runs: int) -> list[tuple[str, str, list[float]]]:
 
 def print_table(rows: list[tuple[str, str, list[float]]]) -> None:
     """Median, min, max in ms per arm, and local/bare per program."""
-    print(f"{'program':<15}{'arm':<18}{'median ms':>10}{'min':>9}{'max':>9}{'x bare':>9}")
+    print(f"{'program':<15}{'arm':<18}{'median ms':>10}{'min':>9}{'max':>9}{'x bare':>10}")
     medians = {(label, name): statistics.median(times) for label, name, times in rows}
     for label, name, times in rows:
         ratio = medians[(label, name)] / medians[(label, "bare subprocess")]
         print(
             f"{label:<15}{name:<18}{medians[(label, name)] * 1000:>10.1f}{min(times) * 1000:>9.1f}"
-            f"{max(times) * 1000:>9.1f}{ratio:>8.2f}x"
+            f"{max(times) * 1000:>9.1f}{ratio:>9.2f}x"
         )
-    print("target: local (bwrap) within 3x of the bare subprocess")
+    print("targets: local (bwrap) within 3x of the bare subprocess; docker split under 1500 ms")
+
+
+def docker_backend(image: str) -> ExecBackend | None:
+    """The docker split backend, when berth-docker is installed and an engine with ``image`` answers."""
+    try:
+        from berth_docker.backend import DockerBackend
+    except ImportError:
+        print("docker arm skipped: berth-docker is not installed")
+        return None
+    backend = DockerBackend(image=image, strategy="split")
+    missing = [finding for finding in backend.doctor() if not finding.ok]
+    if missing:
+        print(f"docker arm skipped: {missing[0].check}: {missing[0].detail}")
+        return None
+    return backend
 
 
 def main() -> None:
@@ -142,11 +164,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="timed runs per arm (default 15)")
     parser.add_argument("--quick", action="store_true", help="3 runs per arm: a smoke test of the script")
+    parser.add_argument("--docker-image", default="berth-exec:latest", help="the exec image of the docker arm")
     options = parser.parse_args()
     if os.geteuid() != 0 or not bwrap_works() or not Path(PYTHON).is_file():
         print("skipped: the local sandbox needs root, bubblewrap and /usr/bin/python3 (see berth exec doctor)")
         return
-    rows = asyncio.run(measure(3 if options.quick else options.runs))
+    backends: dict[str, ExecBackend] = {"local (bwrap)": LocalBackend(isolation="bwrap")}
+    docker = docker_backend(options.docker_image)
+    if docker is not None:
+        backends["docker split"] = docker
+    rows = asyncio.run(measure(3 if options.quick else options.runs, backends))
     print_table(rows)
 
 

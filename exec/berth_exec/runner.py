@@ -81,6 +81,8 @@ def main() -> None:
     token, program, limits = read_launch(sys.stdin.readlines())
     sys.stdin.close()
     apply_limits(limits)
+    if os.getpid() == 1:
+        run_under_init()
     socket_path = os.environ.get(tools.SOCKET_VARIABLE)
     if socket_path:
         tools.configure(socket_path, token)
@@ -97,6 +99,26 @@ def main() -> None:
         print_program_traceback(error, program)
         sys.stderr.flush()
         os._exit(1)
+
+
+def run_under_init() -> None:
+    """When the bootstrap is its pid namespace's init (a container's first process), fork the program into a
+    child and stay as init: reap the run's orphans and exit with the program's status (``128 + n`` when a signal
+    ended it) as soon as the program ends; the kernel then ends every process left in the namespace.
+
+    The kernel does not deliver signals an init has no handler for (``SIGXCPU`` at the CPU limit would be lost and
+    only the hard limit's ``SIGKILL`` would end the program), and an init that is the program leaves zombies. The
+    child returns from this function and runs the program; the parent never returns.
+    """
+    child = os.fork()
+    if child == 0:
+        return
+    while True:
+        pid, status = os.wait()
+        if pid == child:
+            break
+    sys.stdout.flush()
+    os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
 
 
 def print_program_traceback(error: BaseException, program: str) -> None:

@@ -14,6 +14,7 @@ from berth.cli.table import print_table
 from berth.config import Configuration
 from berth.execution.dispatch import ScopedToolDispatch
 from berth.execution.profiles import ExecProfileError, Execution
+from berth.execution.sandbox import ImageBuilding
 from berth.host.plugins import PlatformPlugins
 
 
@@ -152,3 +153,47 @@ def doctor(descriptors: Path | None) -> None:
             missing += 0 if finding.ok else 1
     print_table(rows)
     click.echo(f"{missing} check(s) not met" if missing else "every check is met", err=True)
+
+
+@exec_group.command("build-image")
+@click.option("--descriptors", type=click.Path(file_okay=False, path_type=Path), help="descriptor folder")
+@click.option("--profile", help="the exec profile whose image to build (default: the first that runs in an image)")
+@click.option("--base", default="berth-exec-base:offline", show_default=True, help="the image to build on")
+@click.option(
+    "--context",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="folder with the Dockerfile and berth_exec/ (default: the checkout's exec/)",
+)
+def build_image(descriptors: Path | None, profile: str | None, base: str, context: Path | None) -> None:
+    """Build the exec image of a profile (``exec/Dockerfile`` on BASE), showing the build's progress."""
+    plugins = PlatformPlugins.discover()
+    config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
+    execution = _execution(plugins)
+    exec_config = config.settings_for().exec
+    names = [profile] if profile else sorted(exec_config.profiles)
+    builder: ImageBuilding | None = None
+    for name in names:
+        try:
+            backend, _ = execution.backend(exec_config, name)
+        except ExecProfileError as error:
+            if profile:
+                raise click.ClickException(f"[{error.code}] {error.message}") from None
+            continue
+        if isinstance(backend, ImageBuilding):
+            builder = backend
+            break
+        if profile:
+            raise click.ClickException(f"exec profile '{profile}' ({backend.name}) runs in no image")
+    if builder is None:
+        factory = execution.backends.get("docker")
+        if factory is None:
+            raise click.ClickException("no exec profile runs in an image and the docker backend is not installed")
+        built = factory({"backend": "docker"})
+        assert isinstance(built, ImageBuilding)
+        builder = built
+    click.echo(f"building {builder.image} on {base}", err=True)
+    try:
+        summary = builder.build_image(base=base, context=str(context) if context else None, progress=click.echo)
+    except Exception as error:  # the backend's engine errors say what failed and what to do
+        raise click.ClickException(str(error)) from None
+    click.echo(summary, err=True)

@@ -75,3 +75,9 @@ def exec_launch_variables() -> dict[str, str]:
     """The launch payload and descriptors a remote exec supervisor is started with (``BERTH_EXEC_PAYLOAD``,
     ``BERTH_DESCRIPTOR_*_B64``; see :mod:`berth.execution.payload`)."""
     return {name: value for name, value in os.environ.items() if name.startswith(EXEC_LAUNCH_PREFIXES)}
+
+
+def docker_host() -> str | None:
+    """``DOCKER_HOST``: the Docker engine the docker exec backend uses when its profile names none (Docker's own
+    variable, honoured as the Docker CLI and SDK do)."""
+    return os.environ.get("DOCKER_HOST") or None

@@ -13,9 +13,10 @@ and returns a :class:`SandboxOutcome`; :mod:`berth.execution.runs` turns it into
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from berth.execution.limits import ExecLimits
 
@@ -114,4 +115,16 @@ class ExecBackend(Protocol):
 
     def doctor(self) -> list[DoctorFinding]:
         """What isolation this machine really gives this backend, and what is missing."""
+        ...
+
+
+@runtime_checkable
+class ImageBuilding(Protocol):
+    """A backend whose runs need an image it can build (``berth exec build-image``)."""
+
+    image: str
+
+    def build_image(self, *, base: str, context: str | None, progress: Callable[[str], None]) -> str:
+        """Build the profile's exec image on ``base`` from ``context`` (default: the checkout's ``exec/``),
+        reporting each line of progress; return a one-line summary (tag, id, size)."""
         ...

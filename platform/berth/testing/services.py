@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.config.environment import process_environ, running_in_ci
+from berth.config.environment import docker_host, process_environ, running_in_ci
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +48,19 @@ def port_open(port: int, host: str = "127.0.0.1") -> Callable[[], bool]:
 
 
 def docker_available() -> bool:
-    """Whether a Docker engine's socket and the ``docker`` client are both here."""
-    return Path("/var/run/docker.sock").exists() and shutil.which("docker") is not None
+    """Whether a Docker engine answers on ``DOCKER_HOST`` (a ``unix://`` socket) or the default socket."""
+    url = docker_host() or "unix:///var/run/docker.sock"
+    if not url.startswith("unix://"):
+        return port_open(int(url.rsplit(":", 1)[-1]), url.split("://")[-1].rsplit(":", 1)[0])()
+    path = url.removeprefix("unix://")
+    try:
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.settimeout(2)
+            probe.connect(path)
+            probe.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            return b" 200 " in probe.recv(64)
+    except OSError:
+        return False
 
 
 def chromium_available() -> bool:
@@ -72,7 +83,7 @@ def sandbox_available() -> bool:
 SERVICE_MARKERS: tuple[ServiceMarker, ...] = (
     ServiceMarker("postgres", "PostgreSQL on 127.0.0.1:5432", port_open(5432)),
     ServiceMarker("redis", "Redis on 127.0.0.1:6379", port_open(6379)),
-    ServiceMarker("docker", "a Docker engine (/var/run/docker.sock)", docker_available),
+    ServiceMarker("docker", "a Docker engine on DOCKER_HOST (bash .ci/start-docker starts one)", docker_available),
     ServiceMarker("browser", "headless Chromium on PATH", chromium_available),
     ServiceMarker("aws", "moto's server (S3/ECS/Secrets Manager) on 127.0.0.1", moto_available),
     ServiceMarker("sandbox", "bubblewrap, root and /usr/bin/python3 (the local exec sandbox)", sandbox_available),

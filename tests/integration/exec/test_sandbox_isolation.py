@@ -1,7 +1,7 @@
 """The executor's isolation, proven with the attacks a model would write, against every sandbox backend.
 
-Each test runs a real program in the real sandbox (bubblewrap here; Docker joins the parametrization when its
-backend lands) and asserts on what the program could or could not do, as the envelope and its output report.
+Each test runs a real program in the real sandbox (bubblewrap; a container of a real Docker engine, split and
+combined) and asserts on what the program could or could not do, as the envelope and its output report.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from berth_docker.backend import DockerBackend
 
 from berth.default_plugins.exec.local import LocalBackend
 from berth.execution.limits import ExecLimits
@@ -47,9 +48,12 @@ class EchoTools:
         raise SupervisorRefusal("read_paths_missing", f"{path} does not exist")
 
 
-@pytest.fixture(params=["local"])
+@pytest.fixture(params=["local", pytest.param("docker-split", marks=pytest.mark.docker)])
 def backend(request: pytest.FixtureRequest) -> ExecBackend:
-    return LocalBackend(isolation="bwrap")
+    if request.param == "local":
+        return LocalBackend(isolation="bwrap")
+    image = request.getfixturevalue("exec_image")
+    return DockerBackend(image=image, strategy=request.param.removeprefix("docker-"))
 
 
 @pytest.fixture
@@ -92,7 +96,7 @@ async def test_a_clean_program_succeeds_and_hands_back_its_files(service: ExecSe
     assert envelope.exit_code == 0
     assert envelope.user_out_tail == "done\n"
     assert [(a.path, a.mime, a.size) for a in envelope.artifacts] == [("out/charts/a.csv", "text/csv", 8)]
-    assert envelope.backend == "local"
+    assert envelope.backend == backend.name
 
 
 async def test_no_network_not_even_the_hosts_loopback(
@@ -145,7 +149,7 @@ async def test_no_secrets_in_the_environment_proc_or_files(
                     seen["proc"][pid + "/" + part] = data.decode(errors="replace")
                 except OSError as error:
                     seen["proc"][pid + "/" + part] = type(error).__name__
-        for path in [{str(descriptors / "secrets.yaml")!r}, {str(other_tenant / "notes.txt")!r}, "/etc/passwd",
+        for path in [{str(descriptors / "secrets.yaml")!r}, {str(other_tenant / "notes.txt")!r}, "/etc/shadow",
                      "/root/.bashrc", "/proc/1/root/etc/shadow", {str(Path.cwd() / "pyproject.toml")!r}]:
             try:
                 seen["files"][path] = open(path).read()

@@ -150,11 +150,15 @@ class DockerExecProfile(DescriptorModel):
     """Executor in a Docker container (split: sibling executor container; combined: one container)."""
 
     backend: Literal["docker"]
-    image: str = "berth-exec:latest"
+    image: str = Field("berth-exec:latest", description="the exec image (`berth exec build-image` builds it)")
     strategy: Literal["split", "combined"] = "split"
+    docker_host: str | None = Field(None, description="the engine (default: DOCKER_HOST, else the local socket)")
+    python: str = Field("/usr/bin/python3", description="the interpreter in the image")
     cpus: float = Field(1.0, gt=0)
     memory_mb: int = Field(2048, gt=0)
     pids: int = Field(256, gt=0)
+    cpu_s: int = Field(120, gt=0)
+    file_size_mb: int = Field(64, gt=0, description="the largest file (and stdout/stderr) a run may write")
     timeout_s: float = Field(120, gt=0)
 
 

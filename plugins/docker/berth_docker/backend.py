@@ -1,0 +1,233 @@
+"""The ``docker`` exec backend: the executor in a container of its own.
+
+``split`` (the default): the supervisor is the host process that runs the turn (in a deployment, the worker
+container: the executor is then its sibling, started through the engine's socket), serving the bundle's tools
+on the run's socket; the executor is a container with
+
+* ``--network none`` (only ``lo``), ``--read-only`` root, ``--cap-drop ALL``, ``no-new-privileges``;
+* ``--user <uid>:<gid>``: the run's own unprivileged uid from the host's pool, so ``SO_PEERCRED`` on the socket
+  names it and the files it writes in ``out/`` are its own;
+* the run's limits on the container: memory (and swap, the same), pids, CPUs, a ``/dev/shm`` of
+  ``shared_memory_mb``, plus the bootstrap's rlimits inside (CPU seconds, file size, address space);
+* exactly three binds: the program folder read-only, ``work/`` and ``out/`` writable, and the socket folder
+  read-only (connecting needs no write access to the folder);
+* an environment of ``WORKDIR``, ``OUTPUT_DIR``, ``EXECUTION_ID``, ``BUNDLE_ID`` and the socket path only.
+
+The wall-time limit is the host's: at the deadline the container is killed, and every process of the run with
+it. Output over the file-size limit stops the run too (the host reads the output as it comes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from berth.execution.limits import MIB
+from berth.execution.sandbox import (
+    PROGRAM_NAME,
+    SANDBOX_OUTPUT_DIR,
+    SANDBOX_PACKAGE_DIR,
+    SANDBOX_PROGRAM_DIR,
+    SANDBOX_SOCKET_DIR,
+    SANDBOX_WORKDIR,
+    SOCKET_NAME,
+    DoctorFinding,
+    SandboxOutcome,
+    SandboxRequest,
+)
+from berth.hooks import hookimpl
+from berth_docker.engine import CONTAINER_LABEL, ContainerEnd, ContainerSpec, EngineError, RunContainer, client_for
+from berth_docker.image import build_exec_image, default_context
+from berth_exec.runner import launch_lines
+
+BACKEND_NAME: Final = "docker"
+Strategy = Literal["split", "combined"]
+BOOTSTRAP: Final = (
+    f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
+)
+NANO: Final = 1_000_000_000
+
+
+class DockerBackend:
+    """Runs each program in a container of the profile's exec image."""
+
+    name = BACKEND_NAME
+
+    def __init__(
+        self,
+        *,
+        image: str = "berth-exec:latest",
+        strategy: Strategy = "split",
+        cpus: float = 1.0,
+        docker_host: str | None = None,
+        python: str = "/usr/bin/python3",
+    ) -> None:
+        self.image = image
+        self.strategy: Strategy = strategy
+        self.cpus = cpus
+        self.docker_host = docker_host
+        self.python = python
+        self._client: Any = None
+
+    @classmethod
+    def from_profile(cls, profile: Mapping[str, Any]) -> DockerBackend:
+        """Build from a ``docker`` profile's options."""
+        return cls(
+            image=profile.get("image", "berth-exec:latest"),
+            strategy=profile.get("strategy", "split"),
+            cpus=float(profile.get("cpus", 1.0)),
+            docker_host=profile.get("docker_host"),
+            python=profile.get("python", "/usr/bin/python3"),
+        )
+
+    @property
+    def client(self) -> Any:
+        """The Docker client (made on first use, so a profile that is never used never dials the engine)."""
+        if self._client is None:
+            self._client = client_for(self.docker_host)
+        return self._client
+
+    async def run(self, request: SandboxRequest) -> SandboxOutcome:
+        """Run the program in its container; on timeout (or cancellation) kill and remove the container."""
+        isolation = f"docker-{self.strategy}"
+        started = time.monotonic()
+        try:
+            container = RunContainer(self.client, self.container_spec(request))
+            await asyncio.to_thread(container.create)
+        except EngineError as error:
+            return SandboxOutcome(None, None, False, time.monotonic() - started, isolation, failure=str(error))
+        try:
+            launch = launch_lines(
+                request.token, f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}", request.limits.launch_limits()
+            ).encode()
+            await asyncio.to_thread(container.start, launch)
+            logs = request.folder.logs
+            limit = request.limits.file_size_mb * MIB
+            pumping = asyncio.ensure_future(
+                asyncio.to_thread(container.pump_output, logs / "stdout", logs / "stderr", limit)
+            )
+            timed_out = False
+            try:
+                await asyncio.wait_for(asyncio.shield(pumping), request.limits.timeout_s)
+            except TimeoutError:
+                timed_out = True
+                await asyncio.to_thread(container.kill)
+                await pumping
+            except asyncio.CancelledError:
+                await asyncio.to_thread(container.kill)
+                raise
+            end = await asyncio.to_thread(container.wait)
+        except EngineError as error:
+            return SandboxOutcome(None, None, False, time.monotonic() - started, isolation, failure=str(error))
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.to_thread(container.remove))
+        return outcome_of(end, timed_out, time.monotonic() - started, isolation)
+
+    def container_spec(self, request: SandboxRequest) -> ContainerSpec:
+        """The executor container of the ``split`` strategy for ``request``."""
+        folder = request.folder
+        limits = request.limits
+        environment = {
+            "WORKDIR": SANDBOX_WORKDIR,
+            "OUTPUT_DIR": SANDBOX_OUTPUT_DIR,
+            "EXECUTION_ID": request.exec_id,
+            "BUNDLE_ID": request.bundle_id,
+        }
+        binds = {
+            str(folder.program.parent): {"bind": SANDBOX_PROGRAM_DIR, "mode": "ro"},
+            str(folder.work): {"bind": SANDBOX_WORKDIR, "mode": "rw"},
+            str(folder.out): {"bind": SANDBOX_OUTPUT_DIR, "mode": "rw"},
+        }
+        if request.with_supervisor:
+            environment["SUPERVISOR_SOCKET_PATH"] = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}"
+            binds[str(folder.socket_dir)] = {"bind": SANDBOX_SOCKET_DIR, "mode": "ro"}
+        memory = limits.memory_mb * MIB
+        python = [self.python, "-I", "-B", "-c", BOOTSTRAP]
+        return ContainerSpec(
+            image=self.image,
+            # env -i: the engine adds PATH, HOME and HOSTNAME to every container; the program sees only ours.
+            command=["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in environment.items()), *python],
+            user=f"{request.uid}:{request.gid}",
+            environment={},
+            working_dir=SANDBOX_WORKDIR,
+            binds=binds,
+            labels={CONTAINER_LABEL: request.exec_id, "berth.bundle_id": request.bundle_id},
+            host_config={
+                "network_mode": "none",
+                "read_only": True,
+                "cap_drop": ["ALL"],
+                "security_opt": ["no-new-privileges"],
+                "mem_limit": memory,
+                "memswap_limit": memory,
+                "pids_limit": limits.processes,
+                "nano_cpus": int(self.cpus * NANO),
+                "shm_size": limits.shared_memory_mb * MIB,
+                "ipc_mode": "private",
+                "init": False,
+            },
+        )
+
+    def build_image(self, *, base: str, context: str | None, progress: Callable[[str], None]) -> str:
+        """Build this profile's image from ``exec/Dockerfile`` (``berth exec build-image``)."""
+        built = build_exec_image(
+            self.client,
+            tag=self.image,
+            base=base,
+            context=Path(context) if context else default_context(),
+            progress=progress,
+        )
+        return f"built {built.tag} ({built.image_id[:19]}, {built.size_bytes / MIB:.0f} MiB)"
+
+    def doctor(self) -> list[DoctorFinding]:
+        """Whether the engine answers and has the exec image."""
+        try:
+            client = self.client
+            version = client.version()
+        except Exception as error:  # any failure to reach the engine is the finding
+            return [DoctorFinding("Docker engine reachable", False, str(error))]
+        findings = [
+            DoctorFinding("Docker engine reachable", True, f"engine {version.get('Version')} at {client.api.base_url}")
+        ]
+        try:
+            client.images.get(self.image)
+            findings.append(DoctorFinding(f"exec image {self.image}", True, "present"))
+        except Exception:  # the SDK raises ImageNotFound or an APIError
+            findings.append(DoctorFinding(f"exec image {self.image}", False, "build it with `berth exec build-image`"))
+        findings.append(
+            DoctorFinding(
+                "isolation",
+                True,
+                f"docker-{self.strategy}: --network none, read-only root, no capabilities, limits on the container",
+            )
+        )
+        return findings
+
+
+def outcome_of(end: ContainerEnd, timed_out: bool, duration: float, isolation: str) -> SandboxOutcome:
+    """The sandbox outcome of a container's end. A container killed by its engine exits 128 + the signal."""
+    code = end.status_code
+    killed_by = (
+        code - 128 if code is not None and code > 128 and code - 128 in signal.Signals._value2member_map_ else None
+    )
+    if end.output_over_limit and not timed_out:
+        killed_by = signal.SIGXFSZ
+    return SandboxOutcome(
+        exit_code=code,
+        killed_by=killed_by,
+        timed_out=timed_out,
+        duration_s=duration,
+        isolation=isolation,
+        out_of_memory=end.out_of_memory and not timed_out,
+    )
+
+
+@hookimpl
+def berth_exec_backends() -> dict[str, Any]:
+    """Register ``docker``."""
+    return {BACKEND_NAME: DockerBackend.from_profile}

@@ -1,0 +1,146 @@
+"""The docker backend as operators and the host use it: building the image, checking the engine, running a
+bundle's tools from a container, and never leaving a container behind (a real Docker engine; ``docker`` marker).
+
+The isolation itself (network, secrets, writes, limits, supervisor checks) is proven for every backend by
+``tests/integration/exec/test_sandbox_isolation.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from berth_docker.backend import DockerBackend
+from berth_docker.engine import CONTAINER_LABEL, client_for
+from berth_docker.image import build_exec_image, default_context
+
+from berth.execution.limits import ExecLimits
+from berth.execution.runs import ExecService
+
+pytestmark = pytest.mark.usefixtures("clean_berth_env")
+
+REPO = Path(__file__).resolve().parents[3]
+IMAGE = "berth-exec:latest"  # the example descriptors' docker profile
+
+
+def berth(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    executable = Path(sys.executable).parent / "berth"
+    return subprocess.run([str(executable), *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def latest_image() -> str:
+    build_exec_image(
+        client_for(None), tag=IMAGE, base="berth-exec-base:offline", context=default_context(), progress=lambda _: None
+    )
+    return IMAGE
+
+
+@pytest.fixture
+def service() -> ExecService:
+    return ExecService(root=Path("/tmp") / f"berth-docker-test-{os.getpid()}")
+
+
+def leftover_containers() -> list[str]:
+    return [c.name for c in client_for(None).containers.list(all=True, filters={"label": CONTAINER_LABEL})]
+
+
+@pytest.mark.docker
+def test_build_image_shows_the_builds_progress(tmp_path: Path) -> None:
+    result = berth(
+        "exec", "build-image", "--descriptors", str(REPO / "descriptors"), "--profile", "docker", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Step 1/" in result.stdout and "COPY berth_exec /opt/berth/berth_exec" in result.stdout
+    assert "Successfully tagged berth-exec:latest" in result.stdout
+    assert "built berth-exec:latest" in result.stderr
+
+
+@pytest.mark.docker
+def test_build_image_on_a_missing_base_says_how_to_get_one(tmp_path: Path) -> None:
+    result = berth(
+        "exec", "build-image", "--descriptors", str(REPO / "descriptors"), "--profile", "docker", "--base", "nope:0",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "the base image 'nope:0' is not on this engine" in result.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.sandbox
+def test_a_program_in_a_container_calls_the_bundles_tool_in_its_scope(tmp_path: Path, latest_image: str) -> None:
+    program = tmp_path / "greet.py"
+    program.write_text(
+        "import os\nfrom berth_exec import tools\n"
+        "greeting = tools.call('hello.greet', name='Ann')\n"
+        "open(os.path.join(os.environ['OUTPUT_DIR'], 'greeting.txt'), 'w').write(greeting)\n"
+        "print(greeting)\n"
+    )
+    result = berth(
+        "exec", "run", str(program), "--descriptors", str(REPO / "descriptors"), "--profile", "docker",
+        "--bundle", "hello", "--tenant", "acme", "--project", "internal", "--out", "kept",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    envelope = json.loads(result.stdout)
+    assert envelope["ok"] is True, envelope["report_text"]
+    assert envelope["backend"] == "docker"
+    assert "(docker-split)" in envelope["report_text"]
+    assert envelope["user_out_tail"] == "Hello, Ann!\n"
+    assert (tmp_path / "kept" / "greeting.txt").read_text() == "Hello, Ann!"
+    assert leftover_containers() == []
+
+
+@pytest.mark.docker
+def test_doctor_sees_the_engine_and_the_image(tmp_path: Path, latest_image: str) -> None:
+    result = berth("exec", "doctor", "--descriptors", str(REPO / "descriptors"), cwd=tmp_path)
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("docker")]
+    assert rows, result.stdout
+    assert all("yes" in row for row in rows), result.stdout
+    assert any("Docker engine reachable" in line for line in result.stdout.splitlines())
+
+
+def test_doctor_says_when_the_engine_is_unreachable(tmp_path: Path) -> None:
+    backend = DockerBackend(docker_host=f"unix://{tmp_path}/no-engine.sock")
+    findings = backend.doctor()
+    assert [(f.check, f.ok) for f in findings] == [("Docker engine reachable", False)]
+    assert "no-engine.sock" in findings[0].detail
+
+
+@pytest.mark.docker
+@pytest.mark.sandbox
+async def test_a_missing_image_fails_the_run_with_the_fix(service: ExecService) -> None:
+    run = await service.run(
+        "print(1)", backend=DockerBackend(image="berth-exec:absent"), limits=ExecLimits(), bundle_id="b"
+    )
+    assert run.envelope.error is not None
+    assert run.envelope.error.code == "sandbox_failed"
+    assert "berth-exec:absent" in run.envelope.error.message
+    assert "berth exec build-image" in run.envelope.error.message
+
+
+@pytest.mark.docker
+@pytest.mark.sandbox
+async def test_no_container_outlives_its_run_timed_out_or_cancelled(service: ExecService, latest_image: str) -> None:
+    backend = DockerBackend(image=latest_image)
+    timed_out = await service.run(
+        "import time\ntime.sleep(60)", backend=backend, limits=ExecLimits(timeout_s=1), bundle_id="b"
+    )
+    assert timed_out.envelope.error is not None and timed_out.envelope.error.code == "timeout"
+    assert leftover_containers() == []
+    events = client_for(None).events(filters={"label": CONTAINER_LABEL, "event": "start"}, decode=True)
+    running = asyncio.ensure_future(
+        service.run("import time\ntime.sleep(60)", backend=backend, limits=ExecLimits(timeout_s=30), bundle_id="b")
+    )
+    await asyncio.to_thread(next, events)  # the executor container started
+    events.close()
+    assert len(leftover_containers()) == 1
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert leftover_containers() == []
