@@ -80,7 +80,9 @@ class HostServices:
         # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
         self.admission = Admission(lambda: self.config.descriptors.gateway, MemoryCounters(), self.metrics)
         self._runners: dict[tuple[str, str], TurnRunner] = {}
-        self.execution = Execution(plugins.exec_backends(), bundle_exec=self._bundle_exec)
+        self.execution = Execution(
+            plugins.exec_backends(), bundle_exec=self._bundle_exec, configuration=lambda: self.config
+        )
         self.storage: EmbeddedStorageBackend | None = None
         self.store: SqliteConversationStore | None = None
         self.memory_index: SqliteMemoryIndex | None = None

@@ -13,6 +13,7 @@ import click
 from berth.cli.table import print_table
 from berth.config import Configuration
 from berth.execution.dispatch import ScopedToolDispatch
+from berth.execution.payload import supervisor_scope_of
 from berth.execution.profiles import ExecProfileError, Execution
 from berth.execution.sandbox import ImageBuilding
 from berth.host.plugins import PlatformPlugins
@@ -112,6 +113,7 @@ async def _run(
                 bundle_id=bundle_id,
                 dispatch=ScopedToolDispatch(scoped.specs),
                 store=store,
+                supervisor_scope=supervisor_scope_of(config, tenant, project),
             )
             return run.envelope.to_json()
     finally:

@@ -25,9 +25,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
+
+if TYPE_CHECKING:
+    from berth.config import Configuration
 
 PAYLOAD_VARIABLE = "BERTH_EXEC_PAYLOAD"
 DESCRIPTOR_VARIABLES = {
@@ -52,6 +55,11 @@ class LaunchPayload:
     executor_uid: int | None
     socket_path: str
     call_timeout_s: float = 60.0
+    executor_python: str = "/usr/bin/python3"
+    """The combined entry's executor interpreter (in the image, readable by the executor's uid)."""
+    hidden_paths: tuple[str, ...] = ()
+    """Folders the combined entry covers with an empty read-only tmpfs in the executor's mount namespace (the
+    supervisor's own Python and anything else mounted for it)."""
 
     def to_json(self) -> str:
         """The payload as ``BERTH_EXEC_PAYLOAD`` carries it."""
@@ -60,7 +68,21 @@ class LaunchPayload:
     @classmethod
     def from_json(cls, text: str) -> LaunchPayload:
         """Read ``BERTH_EXEC_PAYLOAD``."""
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        fields["hidden_paths"] = tuple(fields.get("hidden_paths", ()))
+        return cls(**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorScope:
+    """What a backend that runs the supervisor itself (combined container, task) is given for one run: the scope
+    the bundle's tools run in, and the host's descriptors, filtered per ``scope`` before they leave the host."""
+
+    tenant: str
+    project: str
+    documents: Mapping[str, Any]
+    scope: PayloadScope = "active_bundle"
+    base_dir: Path | None = None
 
 
 def filter_descriptors(
@@ -174,3 +196,10 @@ def _absolute_sources(document: Mapping[str, Any], base_dir: Path) -> dict[str, 
         bundles[name] = entry
     result["bundles"] = bundles
     return result
+
+
+def supervisor_scope_of(config: Configuration, tenant: str, project: str) -> SupervisorScope:
+    """The scope and descriptors a backend that runs the supervisor itself is given (filtered before they leave)."""
+    documents = {name: document.data for name, document in config.descriptors.documents.items()}
+    scope = config.settings_for(tenant, project).exec.descriptor_payload_scope
+    return SupervisorScope(tenant, project, documents, scope=scope, base_dir=config.descriptors.base_dir.resolve())

@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from berth.config.models.assembly import ExecConfig
 from berth.config.models.bundles import BundleExec
 from berth.execution.limits import ExecLimits
+from berth.execution.payload import SupervisorScope, supervisor_scope_of
 from berth.execution.runs import ExecService
 from berth.execution.sandbox import ExecBackend
+
+if TYPE_CHECKING:
+    from berth.config import Configuration
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +40,8 @@ class Execution:
     service: ExecService = field(default_factory=ExecService)
     bundle_exec: Callable[[str], BundleExec | None] = field(default=lambda _bundle_id: None, repr=False)
     """The operator's choice of profiles per bundle (``bundles.<id>.exec`` of ``bundles.yaml``)."""
+    configuration: Callable[[], Configuration | None] = field(default=lambda: None, repr=False)
+    """The descriptors in force, for backends that run the supervisor themselves (docker combined, fargate)."""
     _built: dict[str, ExecBackend] = field(default_factory=dict, repr=False)
 
     def options_for(self, bundle_id: str, author_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,6 +54,14 @@ class Execution:
             if chosen.profiles:
                 options["profiles"] = list(chosen.profiles)
         return options
+
+    def supervisor_scope(self, backend: ExecBackend, tenant: str, project: str) -> SupervisorScope | None:
+        """What ``backend`` needs to serve a bundle's tools itself in ``tenant/project`` (None: the host serves
+        them, or no descriptors are known)."""
+        config = self.configuration()
+        if config is None or not getattr(backend, "runs_supervisor", False):
+            return None
+        return supervisor_scope_of(config, tenant, project)
 
     def backend(self, config: ExecConfig, profile: str) -> tuple[ExecBackend, ExecLimits]:
         """The backend and limits of ``profile`` in ``config`` (one backend object per distinct profile)."""

@@ -24,7 +24,15 @@ from typing import Final
 
 from berth.execution.envelope import ExecArtifact, ExecEnvelope, ExecError
 from berth.execution.limits import ExecLimits, limit_from_outcome
-from berth.execution.sandbox import ExecBackend, RunFolder, SandboxOutcome, SandboxRequest
+from berth.execution.payload import LaunchPayload, SupervisorScope, filter_descriptors, payload_environment
+from berth.execution.sandbox import (
+    SANDBOX_SOCKET_DIR,
+    SOCKET_NAME,
+    ExecBackend,
+    RunFolder,
+    SandboxOutcome,
+    SandboxRequest,
+)
 from berth.execution.supervisor import Supervisor, ToolDispatch
 
 MAX_OUTPUT_FILES: Final = 200
@@ -89,21 +97,33 @@ class ExecService:
         inputs: Iterable[tuple[str, bytes]] = (),
         exec_id: str | None = None,
         store: Callable[[str, bytes], str] | None = None,
+        supervisor_scope: SupervisorScope | None = None,
     ) -> ExecRun:
         """Run ``code`` and return its envelope. ``store(relative, data)`` keeps an output file and returns its
         logical path (default: ``out/<relative>``); the program itself is stored as
-        ``executed_programs/<exec_id>/main.py``."""
+        ``executed_programs/<exec_id>/main.py``.
+
+        With a backend that runs the supervisor itself, the bundle's tools are served there, from the
+        descriptors of ``supervisor_scope`` (filtered per its ``scope``); ``dispatch`` is then not used, and
+        without a ``supervisor_scope`` the program gets no tools."""
         exec_id = exec_id or f"ex_{uuid.uuid4().hex[:12]}"
         privileged = os.geteuid() == 0
         uid = await self.uids.acquire() if privileged else os.getuid()
         folder = await asyncio.to_thread(self._prepare, exec_id, code, list(inputs), uid if privileged else None)
         token = secrets.token_urlsafe(32)
         supervisor = None
-        if dispatch is not None:
+        remote = getattr(backend, "runs_supervisor", False)
+        environment: dict[str, str] = {}
+        if remote and supervisor_scope is not None:
+            environment = remote_supervisor_environment(
+                supervisor_scope, exec_id, token, bundle_id, uid, limits, getattr(backend, "hidden_paths", ())
+            )
+        elif dispatch is not None and not remote:
             supervisor = Supervisor(folder.socket, token, uid, dispatch, call_timeout_s=limits.timeout_s)
             await supervisor.start()
         try:
-            request = SandboxRequest(exec_id, bundle_id, folder, token, limits, uid, uid, dispatch is not None)
+            served = supervisor is not None or bool(environment)
+            request = SandboxRequest(exec_id, bundle_id, folder, token, limits, uid, uid, served, environment)
             outcome = await backend.run(request)
             outputs = await asyncio.to_thread(collect_outputs, folder.out)
             stdout_tail = tail(folder.logs / "stdout", limits.output_tail_bytes)
@@ -145,6 +165,38 @@ class ExecService:
                 os.chown(path, uid, uid)
                 os.chmod(path, 0o700)
         return folder
+
+
+def remote_supervisor_environment(
+    scope: SupervisorScope,
+    exec_id: str,
+    token: str,
+    bundle_id: str,
+    uid: int,
+    limits: ExecLimits,
+    hidden_paths: Iterable[str],
+) -> dict[str, str]:
+    """The launch payload and filtered descriptors for a supervisor that runs with the executor, away from here."""
+    payload = LaunchPayload(
+        exec_id=exec_id,
+        token=token,
+        tenant=scope.tenant,
+        project=scope.project,
+        bundle_id=bundle_id,
+        executor_uid=uid,
+        socket_path=f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}",
+        call_timeout_s=limits.timeout_s,
+        hidden_paths=tuple(hidden_paths),
+    )
+    documents = filter_descriptors(
+        scope.documents,
+        tenant=scope.tenant,
+        project=scope.project,
+        bundle_id=bundle_id,
+        scope=scope.scope,
+        base_dir=scope.base_dir,
+    )
+    return payload_environment(payload, documents)
 
 
 def collect_outputs(out: Path) -> tuple[OutputFile, ...]:

@@ -13,8 +13,8 @@ and returns a :class:`SandboxOutcome`; :mod:`berth.execution.runs` turns it into
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -78,6 +78,9 @@ class SandboxRequest:
     uid: int
     gid: int
     with_supervisor: bool
+    supervisor_environment: Mapping[str, str] = field(default_factory=dict)
+    """For a backend that runs the supervisor itself: ``BERTH_EXEC_PAYLOAD`` and the filtered descriptors
+    (:mod:`berth.execution.payload`); empty when the host serves the tools or there are none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,11 @@ class DoctorFinding:
 
 
 class ExecBackend(Protocol):
-    """Runs a prepared program in isolation. Built by a ``berth_exec_backends`` factory from its profile."""
+    """Runs a prepared program in isolation. Built by a ``berth_exec_backends`` factory from its profile.
+
+    A backend with ``runs_supervisor = True`` (the docker combined strategy, fargate) serves the bundle's tools
+    itself, from the request's ``supervisor_environment``; for the others the host serves them on the run's socket.
+    """
 
     name: str
 

@@ -15,6 +15,7 @@ import contextlib
 import signal
 import sys
 import tempfile
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from berth.config import Configuration
@@ -27,26 +28,25 @@ from berth.host.registry import BundleRegistry
 from berth.tools.scoped import tools_in_scope
 
 
-async def serve(environment: dict[str, str], descriptors_dir: Path) -> int:
-    """Serve one run's bundle tools until cancelled; return the exit status."""
+class SupervisorStartError(Exception):
+    """The supervisor could not start: no payload, or the bundle did not load."""
+
+
+@contextlib.asynccontextmanager
+async def supervising(environment: Mapping[str, str], descriptors_dir: Path) -> AsyncIterator[Supervisor]:
+    """Materialize the descriptors of ``environment``, load the payload's bundle and serve its tools on the
+    payload's socket for the duration of the block."""
     if PAYLOAD_VARIABLE not in environment:
-        sys.stderr.write(f"error: {PAYLOAD_VARIABLE} is not set\n")
-        return 2
+        raise SupervisorStartError(f"{PAYLOAD_VARIABLE} is not set")
     payload = LaunchPayload.from_json(environment[PAYLOAD_VARIABLE])
     plugins = PlatformPlugins.discover()
     config = Configuration.load(materialize(environment, descriptors_dir), secret_providers=plugins.secret_providers())
     registry = BundleRegistry(config, known_tool_packs=set(plugins.tool_packs()))
     outcomes = await registry.start()
-    failed = [outcome for outcome in outcomes if outcome.bundle_id == payload.bundle_id and not outcome.ok]
-    if failed:
-        sys.stderr.write(f"error: bundle '{payload.bundle_id}' failed to load: {failed[0].error}\n")
-        await registry.close()
-        return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     try:
+        failed = [outcome for outcome in outcomes if outcome.bundle_id == payload.bundle_id and not outcome.ok]
+        if failed:
+            raise SupervisorStartError(f"bundle '{payload.bundle_id}' failed to load: {failed[0].error}")
         async with registry.use(payload.bundle_id) as generation:
             context = registry.context_for(generation, payload.tenant, payload.project)
             scoped = tools_in_scope(
@@ -60,14 +60,28 @@ async def serve(environment: dict[str, str], descriptors_dir: Path) -> int:
                 call_timeout_s=payload.call_timeout_s,
             )
             await supervisor.start()
-            sys.stdout.write(f"ready {payload.socket_path}\n")
-            sys.stdout.flush()
             try:
-                await stop.wait()
+                yield supervisor
             finally:
                 await supervisor.aclose()
     finally:
         await registry.close()
+
+
+async def serve(environment: dict[str, str], descriptors_dir: Path) -> int:
+    """Serve one run's bundle tools until SIGTERM/SIGINT; return the exit status."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with supervising(environment, descriptors_dir) as supervisor:
+            sys.stdout.write(f"ready {supervisor.socket_path}\n")
+            sys.stdout.flush()
+            await stop.wait()
+    except SupervisorStartError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 2 if PAYLOAD_VARIABLE in str(error) else 1
     return 0
 
 

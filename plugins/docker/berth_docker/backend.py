@@ -23,11 +23,12 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from berth.execution.limits import MIB
+from berth.execution.payload import PAYLOAD_VARIABLE, LaunchPayload
 from berth.execution.sandbox import (
     PROGRAM_NAME,
     SANDBOX_OUTPUT_DIR,
@@ -51,6 +52,16 @@ BOOTSTRAP: Final = (
     f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
 )
 NANO: Final = 1_000_000_000
+DEFAULT_SUPERVISOR_PYTHON: Final = "/opt/berth-host/venv/bin/python"
+"""Where the combined strategy expects a Python with Berth and the bundles installed (mounted, or in the image)."""
+
+
+def parse_mount(text: str) -> tuple[str, str, str]:
+    """``source:target[:ro|rw]`` → ``(source, target, mode)``; read-only unless ``rw`` is said."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ValueError(f"mount '{text}' is not source:target[:ro|rw]")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "ro"
 
 
 class DockerBackend:
@@ -66,13 +77,29 @@ class DockerBackend:
         cpus: float = 1.0,
         docker_host: str | None = None,
         python: str = "/usr/bin/python3",
+        supervisor_python: str = DEFAULT_SUPERVISOR_PYTHON,
+        mounts: Sequence[str] = (),
+        supervisor_network: str = "host",
     ) -> None:
         self.image = image
         self.strategy: Strategy = strategy
         self.cpus = cpus
         self.docker_host = docker_host
         self.python = python
+        self.supervisor_python = supervisor_python
+        self.mounts = [parse_mount(mount) for mount in mounts]
+        self.supervisor_network = supervisor_network
         self._client: Any = None
+
+    @property
+    def runs_supervisor(self) -> bool:
+        """``combined`` serves the bundle's tools in the container (the host does for ``split``)."""
+        return self.strategy == "combined"
+
+    @property
+    def hidden_paths(self) -> tuple[str, ...]:
+        """What the combined executor must not see: the folders mounted for the supervisor."""
+        return tuple(target for _, target, _ in self.mounts)
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any]) -> DockerBackend:
@@ -83,6 +110,9 @@ class DockerBackend:
             cpus=float(profile.get("cpus", 1.0)),
             docker_host=profile.get("docker_host"),
             python=profile.get("python", "/usr/bin/python3"),
+            supervisor_python=profile.get("supervisor_python", DEFAULT_SUPERVISOR_PYTHON),
+            mounts=profile.get("mounts", ()),
+            supervisor_network=profile.get("supervisor_network", "host"),
         )
 
     @property
@@ -97,7 +127,8 @@ class DockerBackend:
         isolation = f"docker-{self.strategy}"
         started = time.monotonic()
         try:
-            container = RunContainer(self.client, self.container_spec(request))
+            spec = self.container_spec(request) if self.strategy == "split" else self.combined_spec(request)
+            container = RunContainer(self.client, spec)
             await asyncio.to_thread(container.create)
         except EngineError as error:
             return SandboxOutcome(None, None, False, time.monotonic() - started, isolation, failure=str(error))
@@ -170,6 +201,50 @@ class DockerBackend:
                 "shm_size": limits.shared_memory_mb * MIB,
                 "ipc_mode": "private",
                 "init": False,
+            },
+        )
+
+    def combined_spec(self, request: SandboxRequest) -> ContainerSpec:
+        """The one container of the ``combined`` strategy: :mod:`berth.execution.combined` as root with only the
+        capabilities it needs to build the executor's namespaces and drop its uid."""
+        folder = request.folder
+        limits = request.limits
+        binds = {
+            str(folder.program.parent): {"bind": SANDBOX_PROGRAM_DIR, "mode": "ro"},
+            str(folder.work): {"bind": SANDBOX_WORKDIR, "mode": "rw"},
+            str(folder.out): {"bind": SANDBOX_OUTPUT_DIR, "mode": "rw"},
+        }
+        for source, target, mode in self.mounts:
+            binds[source] = {"bind": target, "mode": mode}
+        environment = dict(request.supervisor_environment)
+        if not environment:  # no tools to serve: the payload still says who the executor is
+            payload = LaunchPayload(
+                request.exec_id, request.token, "-", "-", request.bundle_id, request.uid,
+                f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}", hidden_paths=self.hidden_paths,
+            )  # fmt: skip
+            environment = {PAYLOAD_VARIABLE: payload.to_json()}
+        memory = limits.memory_mb * MIB
+        return ContainerSpec(
+            image=self.image,
+            command=[self.supervisor_python, "-B", "-m", "berth.execution.combined"],
+            user="0:0",
+            environment=environment,
+            working_dir="/",
+            binds=binds,
+            labels={CONTAINER_LABEL: request.exec_id, "berth.bundle_id": request.bundle_id},
+            host_config={
+                "network_mode": self.supervisor_network,
+                "read_only": True,
+                "cap_drop": ["ALL"],
+                "cap_add": ["SYS_ADMIN", "SETUID", "SETGID"],
+                "security_opt": ["no-new-privileges"],
+                "tmpfs": {"/tmp": "mode=0700,size=16m", SANDBOX_SOCKET_DIR: "mode=0755,size=1m"},  # noqa: S108
+                "mem_limit": memory,
+                "memswap_limit": memory,
+                "pids_limit": limits.processes,
+                "nano_cpus": int(self.cpus * NANO),
+                "shm_size": limits.shared_memory_mb * MIB,
+                "ipc_mode": "private",
             },
         )
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from berth_docker.backend import DockerBackend
 from berth_docker.engine import CONTAINER_LABEL, client_for
 from berth_docker.image import build_exec_image, default_context
@@ -143,4 +145,52 @@ async def test_no_container_outlives_its_run_timed_out_or_cancelled(service: Exe
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
+    assert leftover_containers() == []
+
+
+@pytest.mark.docker
+@pytest.mark.sandbox
+def test_combined_serves_the_bundles_tool_from_its_own_descriptors(tmp_path: Path, latest_image: str) -> None:
+    example_descriptors = tmp_path / "descriptors"
+    shutil.copytree(REPO / "descriptors", example_descriptors, ignore=shutil.ignore_patterns("schema"))
+    base = Path(sys.base_prefix).resolve()
+    assembly = example_descriptors / "assembly.yaml"
+    profile = {
+        "backend": "docker",
+        "image": latest_image,
+        "strategy": "combined",
+        "supervisor_python": sys.executable,
+        "mounts": [f"{REPO}:{REPO}:ro", f"{base}:{base}:ro"],
+    }
+    text = assembly.read_text()
+    anchor = "    profiles:\n"
+    assert anchor in text
+    assembly.write_text(text.replace(anchor, anchor + f"      combined: {json.dumps(profile)}\n", 1))
+    (example_descriptors / "bundles.secrets.yaml").write_text(
+        yaml.safe_dump({"bundles": {"docs": {"search_api_key": "literal:docs-only-7777"}}})
+    )
+    program = tmp_path / "greet.py"
+    program.write_text(
+        "import json, os\nfrom berth_exec import tools\n"
+        "def listing(path):\n"
+        "    try:\n        return os.listdir(path)\n"
+        "    except OSError as error:\n        return type(error).__name__\n"
+        "print(json.dumps({'greeting': tools.call('hello.greet', name='Ann'), 'environ': sorted(os.environ),\n"
+        f"                  'hidden': {{p: listing(p) for p in ('/tmp', '/root', {str(REPO)!r})}}}}))\n"
+    )
+    result = berth(
+        "exec", "run", str(program), "--descriptors", str(example_descriptors), "--profile", "combined",
+        "--bundle", "hello", "--tenant", "acme", "--project", "support",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    envelope = json.loads(result.stdout)
+    assert "(docker-combined)" in envelope["report_text"]
+    seen = json.loads(envelope["user_out_tail"])
+    assert seen["greeting"] == "Hello, Ann!"
+    ours = {"BUNDLE_ID", "EXECUTION_ID", "OUTPUT_DIR", "SUPERVISOR_SOCKET_PATH", "WORKDIR"}
+    assert set(seen["environ"]) - {"LC_CTYPE"} == ours  # LC_CTYPE: Python's own C-locale coercion (PEP 538)
+    # the materialized descriptors (/tmp) and the supervisor's Python (the checkout, /root) are out of reach
+    assert seen["hidden"] == {"/tmp": [], "/root": "PermissionError", str(REPO): []}
+    assert "docs-only-7777" not in result.stdout + result.stderr
     assert leftover_containers() == []

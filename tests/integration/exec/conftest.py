@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 TEST_IMAGE = "berth-exec:test"
@@ -21,3 +25,15 @@ def exec_image() -> str:
         progress=lambda _: None,
     )
     return TEST_IMAGE
+
+
+@pytest.fixture(scope="session")
+def combined_supervisor() -> dict[str, Any]:
+    """The combined strategy's supervisor for tests: this checkout's venv (editable installs of Berth and the
+    bundles) and its base interpreter, mounted read-only at the same paths (a deployment's image has them)."""
+    base = Path(sys.base_prefix).resolve()
+    repo_root_path = Path(__file__).resolve().parents[3]
+    return {
+        "supervisor_python": sys.executable,
+        "mounts": [f"{repo_root_path}:{repo_root_path}:ro", f"{base}:{base}:ro"],
+    }

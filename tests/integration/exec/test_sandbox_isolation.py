@@ -48,12 +48,20 @@ class EchoTools:
         raise SupervisorRefusal("read_paths_missing", f"{path} does not exist")
 
 
-@pytest.fixture(params=["local", pytest.param("docker-split", marks=pytest.mark.docker)])
+@pytest.fixture(
+    params=[
+        "local",
+        pytest.param("docker-split", marks=pytest.mark.docker),
+        pytest.param("docker-combined", marks=pytest.mark.docker),
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> ExecBackend:
     if request.param == "local":
         return LocalBackend(isolation="bwrap")
     image = request.getfixturevalue("exec_image")
-    return DockerBackend(image=image, strategy=request.param.removeprefix("docker-"))
+    if request.param == "docker-split":
+        return DockerBackend(image=image, strategy="split")
+    return DockerBackend(image=image, strategy="combined", **request.getfixturevalue("combined_supervisor"))
 
 
 @pytest.fixture
@@ -217,6 +225,8 @@ async def test_limits_stop_the_attack_and_say_which(
 
 
 async def test_tool_calls_reach_the_dispatch_and_others_are_refused(service: ExecService, backend: ExecBackend) -> None:
+    if getattr(backend, "runs_supervisor", False):
+        pytest.skip("combined serves the bundle's own tools from its descriptors: plugins/docker/tests calls them")
     tools = EchoTools()
     result = await run(
         service,

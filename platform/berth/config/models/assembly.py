@@ -154,6 +154,14 @@ class DockerExecProfile(DescriptorModel):
     strategy: Literal["split", "combined"] = "split"
     docker_host: str | None = Field(None, description="the engine (default: DOCKER_HOST, else the local socket)")
     python: str = Field("/usr/bin/python3", description="the interpreter in the image")
+    supervisor_python: str = Field(
+        "/opt/berth-host/venv/bin/python", description="combined: a Python with Berth and the bundles installed"
+    )
+    mounts: list[str] = Field(
+        default_factory=list,
+        description="combined: source:target[:ro|rw] binds for the supervisor, hidden from the executor",
+    )
+    supervisor_network: str = Field("host", description="combined: the container's network (the supervisor's)")
     cpus: float = Field(1.0, gt=0)
     memory_mb: int = Field(2048, gt=0)
     pids: int = Field(256, gt=0)

@@ -135,6 +135,7 @@ def exec_tool(
             dispatch=TurnToolDispatch(toolbox, bundle_tool_ids, state),
             inputs=inputs,
             store=store,
+            supervisor_scope=execution.supervisor_scope(backend, state.scope.tenant, state.scope.project),
         )
         envelope = run.envelope.to_json()
         produced = {artifact.path.rsplit(".outputs/", 1)[-1] for artifact in run.envelope.artifacts}

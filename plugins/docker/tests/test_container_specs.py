@@ -1,0 +1,59 @@
+"""What each strategy asks the engine for, read off the container spec (no engine needed); the tests with the
+``docker`` marker prove the engine enforces it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from berth_docker.backend import DockerBackend, outcome_of, parse_mount
+from berth_docker.engine import ContainerEnd
+
+from berth.execution.limits import ExecLimits
+from berth.execution.sandbox import RunFolder, SandboxRequest
+
+
+def request(tmp_path: Path, *, tools: bool) -> SandboxRequest:
+    limits = ExecLimits(memory_mb=256, processes=32)
+    return SandboxRequest("ex_1", "hello", RunFolder(tmp_path), "tok", limits, 61001, 61001, tools)
+
+
+def test_split_locks_the_executor_down_and_binds_only_the_run(tmp_path: Path) -> None:
+    spec = DockerBackend(image="img").container_spec(request(tmp_path, tools=True))
+    config = spec.host_config
+    assert config["network_mode"] == "none" and config["read_only"] is True
+    assert config["cap_drop"] == ["ALL"] and "cap_add" not in config
+    assert config["security_opt"] == ["no-new-privileges"]
+    assert config["mem_limit"] == config["memswap_limit"] == 256 << 20 and config["pids_limit"] == 32
+    assert spec.user == "61001:61001" and spec.environment == {}
+    assert {bind["bind"]: bind["mode"] for bind in spec.binds.values()} == {
+        "/workspace/program": "ro",
+        "/workspace/work": "rw",
+        "/workspace/out": "rw",
+        "/run/berth": "ro",
+    }
+    assert "tok" not in " ".join(spec.command)  # the token goes in on stdin
+
+
+def test_combined_hides_its_mounts_and_runs_only_the_capabilities_it_needs(tmp_path: Path) -> None:
+    backend = DockerBackend(strategy="combined", mounts=["/srv/berth:/opt/berth-host"])
+    spec = backend.combined_spec(request(tmp_path, tools=False))
+    assert backend.runs_supervisor and backend.hidden_paths == ("/opt/berth-host",)
+    assert spec.host_config["cap_drop"] == ["ALL"]
+    assert spec.host_config["cap_add"] == ["SYS_ADMIN", "SETUID", "SETGID"]
+    assert spec.binds["/srv/berth"] == {"bind": "/opt/berth-host", "mode": "ro"}
+    assert '"hidden_paths": ["/opt/berth-host"]' in spec.environment["BERTH_EXEC_PAYLOAD"]
+
+
+@pytest.mark.parametrize("text", ["", "/a", "/a:", ":/b", "/a:/b:rx", "/a:/b:ro:x"])
+def test_a_malformed_mount_is_refused_with_its_text(text: str) -> None:
+    with pytest.raises(ValueError, match="is not source:target"):
+        parse_mount(text)
+
+
+def test_engine_kills_and_oom_read_as_the_limits_that_caused_them() -> None:
+    assert outcome_of(ContainerEnd(137, True, False), False, 1.0, "d").out_of_memory
+    assert outcome_of(ContainerEnd(152, False, False), False, 1.0, "d").killed_by == 24  # SIGXCPU
+    assert outcome_of(ContainerEnd(137, False, True), False, 1.0, "d").killed_by == 25  # output flood: SIGXFSZ
+    timed_out = outcome_of(ContainerEnd(137, True, False), True, 1.0, "d")
+    assert timed_out.timed_out and not timed_out.out_of_memory
