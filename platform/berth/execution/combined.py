@@ -32,7 +32,7 @@ from typing import Final
 
 from berth.config.environment import exec_launch_variables
 from berth.execution.payload import DESCRIPTOR_VARIABLES, PAYLOAD_VARIABLE, LaunchPayload
-from berth.execution.sandbox import SANDBOX_OUTPUT_DIR, SANDBOX_PACKAGE_DIR, SANDBOX_WORKDIR
+from berth.execution.sandbox import EXECUTOR_BOOTSTRAP, SANDBOX_OUTPUT_DIR, SANDBOX_WORKDIR
 from berth.execution.supervisor_process import SupervisorStartError, supervising
 
 CLONE_NEWNS: Final = 0x00020000
@@ -44,9 +44,7 @@ MS_NOEXEC: Final = 0x8
 MS_REC: Final = 0x4000
 MS_PRIVATE: Final = 0x40000
 PR_SET_NO_NEW_PRIVS: Final = 38
-BOOTSTRAP: Final = (
-    f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
-)
+BOOTSTRAP: Final = EXECUTOR_BOOTSTRAP
 
 
 def executor_environment(payload: LaunchPayload, supervised: bool) -> dict[str, str]:

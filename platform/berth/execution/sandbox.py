@@ -26,6 +26,10 @@ SANDBOX_PROGRAM_DIR = "/workspace/program"
 SANDBOX_SOCKET_DIR = "/run/berth"
 SANDBOX_PACKAGE_DIR = "/opt/berth"
 PROGRAM_NAME = "main.py"
+EXECUTOR_BOOTSTRAP = (
+    f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
+)
+"""What ``python3 -I -B -c`` runs first in every executor: :mod:`berth_exec.runner` from the package folder."""
 SOCKET_NAME = "supervisor.sock"
 
 

@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from berth.execution.limits import MIB
+from berth.execution.limits import MIB, ExecLimits
 from berth.execution.payload import PAYLOAD_VARIABLE, LaunchPayload
 from berth.execution.sandbox import (
+    EXECUTOR_BOOTSTRAP,
     PROGRAM_NAME,
     SANDBOX_OUTPUT_DIR,
-    SANDBOX_PACKAGE_DIR,
     SANDBOX_PROGRAM_DIR,
     SANDBOX_SOCKET_DIR,
     SANDBOX_WORKDIR,
@@ -48,9 +48,7 @@ from berth_exec.runner import launch_lines
 
 BACKEND_NAME: Final = "docker"
 Strategy = Literal["split", "combined"]
-BOOTSTRAP: Final = (
-    f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
-)
+BOOTSTRAP: Final = EXECUTOR_BOOTSTRAP
 NANO: Final = 1_000_000_000
 DEFAULT_SUPERVISOR_PYTHON: Final = "/opt/berth-host/venv/bin/python"
 """Where the combined strategy expects a Python with Berth and the bundles installed (mounted, or in the image)."""
@@ -178,7 +176,6 @@ class DockerBackend:
         if request.with_supervisor:
             environment["SUPERVISOR_SOCKET_PATH"] = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}"
             binds[str(folder.socket_dir)] = {"bind": SANDBOX_SOCKET_DIR, "mode": "ro"}
-        memory = limits.memory_mb * MIB
         python = [self.python, "-I", "-B", "-c", BOOTSTRAP]
         return ContainerSpec(
             image=self.image,
@@ -194,15 +191,21 @@ class DockerBackend:
                 "read_only": True,
                 "cap_drop": ["ALL"],
                 "security_opt": ["no-new-privileges"],
-                "mem_limit": memory,
-                "memswap_limit": memory,
-                "pids_limit": limits.processes,
-                "nano_cpus": int(self.cpus * NANO),
-                "shm_size": limits.shared_memory_mb * MIB,
-                "ipc_mode": "private",
-                "init": False,
+                **self.limit_config(limits),
             },
         )
+
+    def limit_config(self, limits: ExecLimits) -> dict[str, Any]:
+        """The run's limits as host-config options: memory (swap the same: none), pids, CPUs, ``/dev/shm``."""
+        memory = limits.memory_mb * MIB
+        return {
+            "mem_limit": memory,
+            "memswap_limit": memory,
+            "pids_limit": limits.processes,
+            "nano_cpus": int(self.cpus * NANO),
+            "shm_size": limits.shared_memory_mb * MIB,
+            "ipc_mode": "private",
+        }
 
     def combined_spec(self, request: SandboxRequest) -> ContainerSpec:
         """The one container of the ``combined`` strategy: :mod:`berth.execution.combined` as root with only the
@@ -223,7 +226,6 @@ class DockerBackend:
                 f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}", hidden_paths=self.hidden_paths,
             )  # fmt: skip
             environment = {PAYLOAD_VARIABLE: payload.to_json()}
-        memory = limits.memory_mb * MIB
         return ContainerSpec(
             image=self.image,
             command=[self.supervisor_python, "-B", "-m", "berth.execution.combined"],
@@ -239,12 +241,7 @@ class DockerBackend:
                 "cap_add": ["SYS_ADMIN", "SETUID", "SETGID"],
                 "security_opt": ["no-new-privileges"],
                 "tmpfs": {"/tmp": "mode=0700,size=16m", SANDBOX_SOCKET_DIR: "mode=0755,size=1m"},  # noqa: S108
-                "mem_limit": memory,
-                "memswap_limit": memory,
-                "pids_limit": limits.processes,
-                "nano_cpus": int(self.cpus * NANO),
-                "shm_size": limits.shared_memory_mb * MIB,
-                "ipc_mode": "private",
+                **self.limit_config(limits),
             },
         )
 

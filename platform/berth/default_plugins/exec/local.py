@@ -41,6 +41,7 @@ import berth_exec
 from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable
 from berth.execution.limits import MIB
 from berth.execution.sandbox import (
+    EXECUTOR_BOOTSTRAP,
     PROGRAM_NAME,
     SANDBOX_OUTPUT_DIR,
     SANDBOX_PACKAGE_DIR,
@@ -59,9 +60,7 @@ logger = logging.getLogger(__name__)
 
 BACKEND_NAME: Final = "local"
 Isolation = Literal["auto", "bwrap", "unshare", "none"]
-BOOTSTRAP: Final = (
-    f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
-)
+BOOTSTRAP: Final = EXECUTOR_BOOTSTRAP
 USR_LINKS: Final = ("bin", "sbin", "lib", "lib64")
 """Top-level folders that are links into ``/usr`` on a merged-usr system."""
 
