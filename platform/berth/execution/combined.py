@@ -64,7 +64,8 @@ def isolate_child(uid: int, gid: int, hidden: Sequence[str]) -> Callable[[], Non
     """The executor child's first steps (run between fork and exec): new network and mount namespaces, the
     hidden folders covered, then the uid drop. Any failure aborts the exec, so the program never runs half-isolated."""
     libc = ctypes.CDLL(None, use_errno=True)
-    paths = [path.encode() for path in ["/tmp", *hidden]]  # noqa: S108 - the container's own /tmp
+    # the mounts first: one may lie under /tmp (a checkout in /tmp), which is gone once /tmp is covered
+    paths = [path.encode() for path in [*hidden, "/tmp"]]  # noqa: S108 - the container's own /tmp
 
     def check(result: int, what: str) -> None:
         if result != 0:

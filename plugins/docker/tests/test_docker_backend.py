@@ -191,6 +191,8 @@ def test_combined_serves_the_bundles_tool_from_its_own_descriptors(tmp_path: Pat
     ours = {"BUNDLE_ID", "EXECUTION_ID", "OUTPUT_DIR", "SUPERVISOR_SOCKET_PATH", "WORKDIR"}
     assert set(seen["environ"]) - {"LC_CTYPE"} == ours  # LC_CTYPE: Python's own C-locale coercion (PEP 538)
     # the materialized descriptors (/tmp) and the supervisor's Python (the checkout, /root) are out of reach
-    assert seen["hidden"] == {"/tmp": [], "/root": "PermissionError", str(REPO): []}
+    hidden = seen["hidden"]
+    assert hidden.pop("/tmp") == [] and hidden.pop("/root") == "PermissionError"
+    assert hidden[str(REPO)] in ([], "FileNotFoundError")  # covered (or gone with /tmp, for a checkout in /tmp)
     assert "docs-only-7777" not in result.stdout + result.stderr
     assert leftover_containers() == []
