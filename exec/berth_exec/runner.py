@@ -25,7 +25,7 @@ import resource
 import runpy
 import sys
 
-from berth_exec import tools
+from berth_exec import environment, tools
 
 LIMITS = {
     "memory_bytes": resource.RLIMIT_AS,
@@ -83,12 +83,12 @@ def main() -> None:
     apply_limits(limits)
     if os.getpid() == 1:
         run_under_init()
-    socket_path = os.environ.get(tools.SOCKET_VARIABLE)
+    socket_path = environment.supervisor_socket_path()
     if socket_path:
         tools.configure(socket_path, token)
-    workdir = os.environ.get("WORKDIR")
-    if workdir:
-        os.chdir(workdir)
+    working_directory = environment.workdir()
+    if working_directory:
+        os.chdir(working_directory)
     sys.argv = [program]
     sys.path.insert(0, os.path.dirname(program))
     try:

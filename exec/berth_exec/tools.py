@@ -15,8 +15,7 @@ says what went wrong (``tool_not_allowed``, ``tool_timeout``, ``tool_failed``, `
 
 from __future__ import annotations
 
-import os
-
+from berth_exec.environment import SOCKET_VARIABLE, supervisor_socket_path
 from berth_exec.errors import ToolCallError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~2 ms of a program's start-up)
@@ -27,10 +26,6 @@ if TYPE_CHECKING:  # at run time only annotations name these: a program's start-
     from berth_exec.client import SupervisorClient
 
 __all__ = ["SOCKET_VARIABLE", "SupervisorClient", "ToolCallError", "acall", "call", "configure", "read"]
-
-SOCKET_VARIABLE = "SUPERVISOR_SOCKET_PATH"
-"""The environment variable that names the supervisor's socket inside the sandbox."""
-
 
 _target: tuple[str, str] | None = None
 _client: SupervisorClient | None = None
@@ -51,7 +46,7 @@ def _current() -> SupervisorClient:
     global _client
     if _client is None:
         if _target is None:
-            path = os.environ.get(SOCKET_VARIABLE)
+            path = supervisor_socket_path()
             raise ToolCallError(
                 "not_in_sandbox",
                 "berth_exec.tools is not connected: programs calling tools must run through exec.python"
