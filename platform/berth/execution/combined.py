@@ -32,7 +32,7 @@ from typing import Final
 
 from berth.config.environment import exec_launch_variables
 from berth.execution.payload import DESCRIPTOR_VARIABLES, PAYLOAD_VARIABLE, LaunchPayload
-from berth.execution.sandbox import EXECUTOR_BOOTSTRAP, SANDBOX_OUTPUT_DIR, SANDBOX_WORKDIR
+from berth.execution.sandbox import EXECUTOR_BOOTSTRAP, executor_environment
 from berth.execution.supervisor_process import SupervisorStartError, supervising
 
 CLONE_NEWNS: Final = 0x00020000
@@ -44,20 +44,6 @@ MS_NOEXEC: Final = 0x8
 MS_REC: Final = 0x4000
 MS_PRIVATE: Final = 0x40000
 PR_SET_NO_NEW_PRIVS: Final = 38
-BOOTSTRAP: Final = EXECUTOR_BOOTSTRAP
-
-
-def executor_environment(payload: LaunchPayload, supervised: bool) -> dict[str, str]:
-    """The executor's whole environment."""
-    environment = {
-        "WORKDIR": SANDBOX_WORKDIR,
-        "OUTPUT_DIR": SANDBOX_OUTPUT_DIR,
-        "EXECUTION_ID": payload.exec_id,
-        "BUNDLE_ID": payload.bundle_id,
-    }
-    if supervised:
-        environment["SUPERVISOR_SOCKET_PATH"] = payload.socket_path
-    return environment
 
 
 def isolate_child(uid: int, gid: int, hidden: Sequence[str]) -> Callable[[], None]:
@@ -90,9 +76,11 @@ def run_executor(payload: LaunchPayload, launch: bytes, supervised: bool) -> int
     """Start the executor child with ``launch`` on its stdin, wait for it; its status (``128 + n`` for a signal)."""
     uid = payload.executor_uid if payload.executor_uid is not None else 65534
     process = subprocess.Popen(  # noqa: S603 - argv is fixed here; the program is a file
-        [payload.executor_python, "-I", "-B", "-c", BOOTSTRAP],
+        [payload.executor_python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP],
         stdin=subprocess.PIPE,
-        env=executor_environment(payload, supervised),
+        env=executor_environment(
+            payload.exec_id, payload.bundle_id, socket_path=payload.socket_path if supervised else None
+        ),
         cwd="/",
         preexec_fn=isolate_child(uid, uid, payload.hidden_paths),
         close_fds=True,

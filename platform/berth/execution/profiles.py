@@ -12,7 +12,7 @@ from berth.config.models.bundles import BundleExec
 from berth.execution.limits import ExecLimits
 from berth.execution.payload import SupervisorScope, supervisor_scope_of
 from berth.execution.runs import ExecService
-from berth.execution.sandbox import ExecBackend
+from berth.execution.sandbox import ExecBackend, runs_own_supervisor
 
 if TYPE_CHECKING:
     from berth.config import Configuration
@@ -59,7 +59,7 @@ class Execution:
         """What ``backend`` needs to serve a bundle's tools itself in ``tenant/project`` (None: the host serves
         them, or no descriptors are known)."""
         config = self.configuration()
-        if config is None or not getattr(backend, "runs_supervisor", False):
+        if config is None or not runs_own_supervisor(backend):
             return None
         return supervisor_scope_of(config, tenant, project)
 

@@ -32,6 +32,7 @@ from berth.execution.sandbox import (
     RunFolder,
     SandboxOutcome,
     SandboxRequest,
+    runs_own_supervisor,
 )
 from berth.execution.supervisor import Supervisor, ToolDispatch
 
@@ -112,7 +113,7 @@ class ExecService:
         folder = await asyncio.to_thread(self._prepare, exec_id, code, list(inputs), uid if privileged else None)
         token = secrets.token_urlsafe(32)
         supervisor = None
-        remote = getattr(backend, "runs_supervisor", False)
+        remote = runs_own_supervisor(backend)
         environment: dict[str, str] = {}
         if remote and supervisor_scope is not None:
             environment = remote_supervisor_environment(

@@ -30,6 +30,24 @@ EXECUTOR_BOOTSTRAP = (
     f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
 )
 """What ``python3 -I -B -c`` runs first in every executor: :mod:`berth_exec.runner` from the package folder."""
+
+
+def executor_environment(
+    exec_id: str,
+    bundle_id: str,
+    *,
+    socket_path: str | None,
+    workdir: str = SANDBOX_WORKDIR,
+    output_dir: str = SANDBOX_OUTPUT_DIR,
+) -> dict[str, str]:
+    """The executor's whole environment, the same in every backend: ``WORKDIR``, ``OUTPUT_DIR``,
+    ``EXECUTION_ID``, ``BUNDLE_ID`` and, when tools are served, ``SUPERVISOR_SOCKET_PATH``; nothing else."""
+    environment = {"WORKDIR": workdir, "OUTPUT_DIR": output_dir, "EXECUTION_ID": exec_id, "BUNDLE_ID": bundle_id}
+    if socket_path is not None:
+        environment["SUPERVISOR_SOCKET_PATH"] = socket_path
+    return environment
+
+
 SOCKET_NAME = "supervisor.sock"
 
 
@@ -139,3 +157,8 @@ class ImageBuilding(Protocol):
         """Build the profile's exec image on ``base`` from ``context`` (default: the checkout's ``exec/``),
         reporting each line of progress; return a one-line summary (tag, id, size)."""
         ...
+
+
+def runs_own_supervisor(backend: ExecBackend) -> bool:
+    """Whether ``backend`` serves the bundle's tools itself (``runs_supervisor = True``) rather than the host."""
+    return bool(getattr(backend, "runs_supervisor", False))

@@ -38,8 +38,10 @@ from berth.execution.sandbox import (
     SANDBOX_WORKDIR,
     SOCKET_NAME,
     DoctorFinding,
+    RunFolder,
     SandboxOutcome,
     SandboxRequest,
+    executor_environment,
 )
 from berth.hooks import hookimpl
 from berth_docker.engine import CONTAINER_LABEL, ContainerEnd, ContainerSpec, EngineError, RunContainer, client_for
@@ -48,7 +50,6 @@ from berth_exec.runner import launch_lines
 
 BACKEND_NAME: Final = "docker"
 Strategy = Literal["split", "combined"]
-BOOTSTRAP: Final = EXECUTOR_BOOTSTRAP
 NANO: Final = 1_000_000_000
 DEFAULT_SUPERVISOR_PYTHON: Final = "/opt/berth-host/venv/bin/python"
 """Where the combined strategy expects a Python with Berth and the bundles installed (mounted, or in the image)."""
@@ -162,21 +163,12 @@ class DockerBackend:
         """The executor container of the ``split`` strategy for ``request``."""
         folder = request.folder
         limits = request.limits
-        environment = {
-            "WORKDIR": SANDBOX_WORKDIR,
-            "OUTPUT_DIR": SANDBOX_OUTPUT_DIR,
-            "EXECUTION_ID": request.exec_id,
-            "BUNDLE_ID": request.bundle_id,
-        }
-        binds = {
-            str(folder.program.parent): {"bind": SANDBOX_PROGRAM_DIR, "mode": "ro"},
-            str(folder.work): {"bind": SANDBOX_WORKDIR, "mode": "rw"},
-            str(folder.out): {"bind": SANDBOX_OUTPUT_DIR, "mode": "rw"},
-        }
+        sandbox_socket = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}" if request.with_supervisor else None
+        environment = executor_environment(request.exec_id, request.bundle_id, socket_path=sandbox_socket)
+        binds = run_binds(folder)
         if request.with_supervisor:
-            environment["SUPERVISOR_SOCKET_PATH"] = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}"
             binds[str(folder.socket_dir)] = {"bind": SANDBOX_SOCKET_DIR, "mode": "ro"}
-        python = [self.python, "-I", "-B", "-c", BOOTSTRAP]
+        python = [self.python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP]
         return ContainerSpec(
             image=self.image,
             # env -i: the engine adds PATH, HOME and HOSTNAME to every container; the program sees only ours.
@@ -212,11 +204,7 @@ class DockerBackend:
         capabilities it needs to build the executor's namespaces and drop its uid."""
         folder = request.folder
         limits = request.limits
-        binds = {
-            str(folder.program.parent): {"bind": SANDBOX_PROGRAM_DIR, "mode": "ro"},
-            str(folder.work): {"bind": SANDBOX_WORKDIR, "mode": "rw"},
-            str(folder.out): {"bind": SANDBOX_OUTPUT_DIR, "mode": "rw"},
-        }
+        binds = run_binds(folder)
         for source, target, mode in self.mounts:
             binds[source] = {"bind": target, "mode": mode}
         environment = dict(request.supervisor_environment)
@@ -279,6 +267,15 @@ class DockerBackend:
             )
         )
         return findings
+
+
+def run_binds(folder: RunFolder) -> dict[str, dict[str, str]]:
+    """The run's folders as the container sees them: the program read-only, ``work/`` and ``out/`` writable."""
+    return {
+        str(folder.program.parent): {"bind": SANDBOX_PROGRAM_DIR, "mode": "ro"},
+        str(folder.work): {"bind": SANDBOX_WORKDIR, "mode": "rw"},
+        str(folder.out): {"bind": SANDBOX_OUTPUT_DIR, "mode": "rw"},
+    }
 
 
 def outcome_of(end: ContainerEnd, timed_out: bool, duration: float, isolation: str) -> SandboxOutcome:

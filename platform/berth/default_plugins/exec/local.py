@@ -52,6 +52,7 @@ from berth.execution.sandbox import (
     DoctorFinding,
     SandboxOutcome,
     SandboxRequest,
+    executor_environment,
 )
 from berth.hooks import hookimpl
 from berth_exec.runner import launch_lines
@@ -60,7 +61,6 @@ logger = logging.getLogger(__name__)
 
 BACKEND_NAME: Final = "local"
 Isolation = Literal["auto", "bwrap", "unshare", "none"]
-BOOTSTRAP: Final = EXECUTOR_BOOTSTRAP
 USR_LINKS: Final = ("bin", "sbin", "lib", "lib64")
 """Top-level folders that are links into ``/usr`` on a merged-usr system."""
 
@@ -150,15 +150,9 @@ class LocalBackend:
     def command(self, request: SandboxRequest, isolation: str) -> tuple[list[str], dict[str, str]]:
         """The argv and environment that start the executor with ``isolation``."""
         folder = request.folder
-        visible = {
-            "WORKDIR": SANDBOX_WORKDIR,
-            "OUTPUT_DIR": SANDBOX_OUTPUT_DIR,
-            "EXECUTION_ID": request.exec_id,
-            "BUNDLE_ID": request.bundle_id,
-        }
-        if request.with_supervisor:
-            visible["SUPERVISOR_SOCKET_PATH"] = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}"
-        python = [self.python, "-I", "-B", "-c", BOOTSTRAP]
+        sandbox_socket = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}" if request.with_supervisor else None
+        visible = executor_environment(request.exec_id, request.bundle_id, socket_path=sandbox_socket)
+        python = [self.python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP]
         if isolation == "bwrap":
             argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
             argv += [*system_root_arguments(), "--proc", "/proc", "--dev", "/dev"]
@@ -174,10 +168,14 @@ class LocalBackend:
             argv += ["--chdir", SANDBOX_WORKDIR, "--", *python]
             return argv, {}
         # unshare and none see the host's paths: point the variables at the real folders.
-        visible.update(WORKDIR=str(folder.work), OUTPUT_DIR=str(folder.out))
-        if request.with_supervisor:
-            visible["SUPERVISOR_SOCKET_PATH"] = str(folder.socket)
-        bootstrap = BOOTSTRAP.replace(repr(SANDBOX_PACKAGE_DIR), repr(str(package_folder().parent)))
+        visible = executor_environment(
+            request.exec_id,
+            request.bundle_id,
+            socket_path=str(folder.socket) if request.with_supervisor else None,
+            workdir=str(folder.work),
+            output_dir=str(folder.out),
+        )
+        bootstrap = EXECUTOR_BOOTSTRAP.replace(repr(SANDBOX_PACKAGE_DIR), repr(str(package_folder().parent)))
         python = [self.python, "-I", "-B", "-c", bootstrap]
         if isolation == "unshare":
             unshare = ["unshare", "--user", "--net", "--pid", "--ipc", "--uts", "--mount", "--fork", "--mount-proc"]
