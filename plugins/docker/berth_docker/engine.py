@@ -102,9 +102,13 @@ class RunContainer:
         except (APIError, DockerException) as error:
             raise EngineError(f"the Docker engine refused the executor container: {_explain(error)}") from None
         self.container_id = created["Id"]
-        self._attached = self.api.attach_socket(
-            self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-        )
+        try:
+            self._attached = self.api.attach_socket(
+                self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+        except (APIError, DockerException) as error:
+            self.remove()  # created but unusable: it must not stay behind
+            raise EngineError(f"could not attach to the executor container: {_explain(error)}") from None
 
     def start(self, stdin: bytes) -> None:
         """Start the container and write ``stdin`` to it, then close its stdin."""
