@@ -1,4 +1,4 @@
-"""The executor's environment: the only place ``berth_exec`` reads ``os.environ``.
+"""The executor's environment: the only module of ``berth_exec`` that reads its process environment.
 
 Inside the sandbox the environment is the contract between the backend and the program, exactly these variables
 (nothing secret is ever among them): ``WORKDIR``, ``OUTPUT_DIR``, ``EXECUTION_ID``, ``BUNDLE_ID`` and, when the
