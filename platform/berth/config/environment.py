@@ -74,7 +74,49 @@ EXEC_LAUNCH_PREFIXES = ("BERTH_EXEC_PAYLOAD", "BERTH_DESCRIPTOR_")
 def exec_launch_variables() -> dict[str, str]:
     """The launch payload and descriptors a remote exec supervisor is started with (``BERTH_EXEC_PAYLOAD``,
     ``BERTH_DESCRIPTOR_*_B64``; see :mod:`berth.execution.payload`)."""
-    return {name: value for name, value in os.environ.items() if name.startswith(EXEC_LAUNCH_PREFIXES)}
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(EXEC_LAUNCH_PREFIXES) and name not in EXEC_TASK_VARIABLES
+    }
+
+
+class ExecTaskEnvironment(BaseSettings):
+    """What an exec task (the fargate backend's ``python -m berth_aws.task``) is started with: where its launch
+    payload and its run's snapshots are. The payload itself never travels in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="BERTH_EXEC_", extra="ignore", frozen=True)
+
+    payload_secret_id: str
+    """``BERTH_EXEC_PAYLOAD_SECRET_ID``: the Secrets Manager secret holding the launch payload."""
+
+    input_uri: str
+    """``BERTH_EXEC_INPUT_URI``: ``s3://bucket/key`` of the run's ``work/`` and program snapshot."""
+
+    output_uri: str
+    """``BERTH_EXEC_OUTPUT_URI``: where the task puts ``out/`` and the program's output."""
+
+    region: str | None = None
+    """``BERTH_EXEC_REGION``: the AWS region (default: the SDK's own)."""
+
+    endpoint_url: str | None = None
+    """``BERTH_EXEC_ENDPOINT_URL``: an AWS-compatible endpoint (tests, other clouds)."""
+
+
+EXEC_TASK_VARIABLES = frozenset(
+    f"BERTH_EXEC_{name.upper()}" for name in ("payload_secret_id", "input_uri", "output_uri", "region", "endpoint_url")
+)
+
+
+def exec_task_environment() -> ExecTaskEnvironment:
+    """Read the exec task's variables (a missing one raises pydantic's ``ValidationError`` naming it)."""
+    return ExecTaskEnvironment()
+
+
+def aws_sdk_variables() -> dict[str, str]:
+    """The AWS SDK's own variables of this process (``AWS_*``: region, credentials endpoint of an ECS task), for
+    an exec task to hand to the supervisor it starts, whose bundle tools may call AWS."""
+    return {name: value for name, value in os.environ.items() if name.startswith("AWS_")}
 
 
 def docker_host() -> str | None:

@@ -44,11 +44,18 @@ MS_NOEXEC: Final = 0x8
 MS_REC: Final = 0x4000
 MS_PRIVATE: Final = 0x40000
 PR_SET_NO_NEW_PRIVS: Final = 38
+ISOLATION_FAILED: Final = 125
+"""The combined entry's status when the executor could not be isolated (so the program never ran)."""
+ISOLATION_FAILURE: Final = (
+    "the executor could not be isolated: its own network and mount namespaces need CAP_SYS_ADMIN (and the uid "
+    "drop CAP_SETUID/CAP_SETGID); where the container or task cannot have them, set executor_namespaces: false"
+)
 
 
-def isolate_child(uid: int, gid: int, hidden: Sequence[str]) -> Callable[[], None]:
+def isolate_child(uid: int, gid: int, hidden: Sequence[str], namespaces: bool = True) -> Callable[[], None]:
     """The executor child's first steps (run between fork and exec): new network and mount namespaces, the
-    hidden folders covered, then the uid drop. Any failure aborts the exec, so the program never runs half-isolated."""
+    hidden folders covered (unless ``namespaces`` is off: where the task's own network is the boundary), then the
+    uid drop. Any failure aborts the exec, so the program never runs half-isolated."""
     libc = ctypes.CDLL(None, use_errno=True)
     # the mounts first: one may lie under /tmp (a checkout in /tmp), which is gone once /tmp is covered
     paths = [path.encode() for path in [*hidden, "/tmp"]]  # noqa: S108 - the container's own /tmp
@@ -59,11 +66,12 @@ def isolate_child(uid: int, gid: int, hidden: Sequence[str]) -> Callable[[], Non
             raise OSError(error, f"{what}: {os.strerror(error)}")
 
     def isolate() -> None:
-        check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
-        check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-        for path in paths:
-            flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
-            check(libc.mount(b"tmpfs", path, b"tmpfs", flags, b"size=4k,mode=0555"), f"cover {path.decode()}")
+        if namespaces:
+            check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
+            check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+            for path in paths:
+                flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                check(libc.mount(b"tmpfs", path, b"tmpfs", flags, b"size=4k,mode=0555"), f"cover {path.decode()}")
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)
@@ -73,18 +81,23 @@ def isolate_child(uid: int, gid: int, hidden: Sequence[str]) -> Callable[[], Non
 
 
 def run_executor(payload: LaunchPayload, launch: bytes, supervised: bool) -> int:
-    """Start the executor child with ``launch`` on its stdin, wait for it; its status (``128 + n`` for a signal)."""
+    """Start the executor child with ``launch`` on its stdin, wait for it; its status (``128 + n`` for a signal,
+    :data:`ISOLATION_FAILED` when the child could not be isolated and never ran)."""
     uid = payload.executor_uid if payload.executor_uid is not None else 65534
-    process = subprocess.Popen(  # noqa: S603 - argv is fixed here; the program is a file
-        [payload.executor_python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP],
-        stdin=subprocess.PIPE,
-        env=executor_environment(
-            payload.exec_id, payload.bundle_id, socket_path=payload.socket_path if supervised else None
-        ),
-        cwd="/",
-        preexec_fn=isolate_child(uid, uid, payload.hidden_paths),
-        close_fds=True,
-    )
+    try:
+        process = subprocess.Popen(  # noqa: S603 - argv is fixed here; the program is a file
+            [payload.executor_python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP],
+            stdin=subprocess.PIPE,
+            env=executor_environment(
+                payload.exec_id, payload.bundle_id, socket_path=payload.socket_path if supervised else None
+            ),
+            cwd="/",
+            preexec_fn=isolate_child(uid, uid, payload.hidden_paths, payload.executor_namespaces),
+            close_fds=True,
+        )
+    except subprocess.SubprocessError:
+        sys.stderr.write(f"berth.execution.combined: {ISOLATION_FAILURE}\n")
+        return ISOLATION_FAILED
     assert process.stdin is not None
     with contextlib.suppress(BrokenPipeError):
         process.stdin.write(launch)

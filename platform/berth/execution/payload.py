@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
+from berth.execution.sandbox import SANDBOX_SOCKET_DIR, SOCKET_NAME, SandboxRequest
+
 if TYPE_CHECKING:
     from berth.config import Configuration
 
@@ -60,6 +62,9 @@ class LaunchPayload:
     hidden_paths: tuple[str, ...] = ()
     """Folders the combined entry covers with an empty read-only tmpfs in the executor's mount namespace (the
     supervisor's own Python and anything else mounted for it)."""
+    executor_namespaces: bool = True
+    """Whether the combined entry gives the executor its own network and mount namespaces (needs
+    ``CAP_SYS_ADMIN``); without, the executor is only another uid and the task's network is its boundary."""
 
     def to_json(self) -> str:
         """The payload as ``BERTH_EXEC_PAYLOAD`` carries it."""
@@ -83,6 +88,19 @@ class SupervisorScope:
     documents: Mapping[str, Any]
     scope: PayloadScope = "active_bundle"
     base_dir: Path | None = None
+
+
+def launch_environment(request: SandboxRequest, options: Mapping[str, Any]) -> dict[str, str]:
+    """What a backend that runs the supervisor itself starts it with: the request's payload and descriptors, or,
+    when the program gets no tools, a payload that still says who the executor is (``options``:
+    :func:`~berth.execution.sandbox.executor_options`)."""
+    if request.supervisor_environment:
+        return dict(request.supervisor_environment)
+    payload = LaunchPayload(
+        request.exec_id, request.token, "-", "-", request.bundle_id, request.uid,
+        f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}", **options,
+    )  # fmt: skip
+    return {PAYLOAD_VARIABLE: payload.to_json()}
 
 
 def filter_descriptors(

@@ -17,10 +17,10 @@ import shutil
 import stat
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from berth.execution.envelope import ExecArtifact, ExecEnvelope, ExecError
 from berth.execution.limits import ExecLimits, limit_from_outcome
@@ -32,6 +32,7 @@ from berth.execution.sandbox import (
     RunFolder,
     SandboxOutcome,
     SandboxRequest,
+    executor_options,
     runs_own_supervisor,
 )
 from berth.execution.supervisor import Supervisor, ToolDispatch
@@ -117,7 +118,7 @@ class ExecService:
         environment: dict[str, str] = {}
         if remote and supervisor_scope is not None:
             environment = remote_supervisor_environment(
-                supervisor_scope, exec_id, token, bundle_id, uid, limits, getattr(backend, "hidden_paths", ())
+                supervisor_scope, exec_id, token, bundle_id, uid, limits, executor_options(backend)
             )
         elif dispatch is not None and not remote:
             supervisor = Supervisor(folder.socket, token, uid, dispatch, call_timeout_s=limits.timeout_s)
@@ -175,9 +176,10 @@ def remote_supervisor_environment(
     bundle_id: str,
     uid: int,
     limits: ExecLimits,
-    hidden_paths: Iterable[str],
+    options: Mapping[str, Any],
 ) -> dict[str, str]:
-    """The launch payload and filtered descriptors for a supervisor that runs with the executor, away from here."""
+    """The launch payload and filtered descriptors for a supervisor that runs with the executor, away from here
+    (``options``: :func:`~berth.execution.sandbox.executor_options` of the backend)."""
     payload = LaunchPayload(
         exec_id=exec_id,
         token=token,
@@ -187,7 +189,7 @@ def remote_supervisor_environment(
         executor_uid=uid,
         socket_path=f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}",
         call_timeout_s=limits.timeout_s,
-        hidden_paths=tuple(hidden_paths),
+        **options,
     )
     documents = filter_descriptors(
         scope.documents,
@@ -252,6 +254,8 @@ def build_envelope(
     error: ExecError | None = None
     if outcome.failure:
         error = ExecError("sandbox_failed", f"the sandbox did not start: {outcome.failure}")
+    elif outcome.stopped:
+        error = ExecError("sandbox_stopped", f"the sandbox was stopped before the program ended: {outcome.stopped}")
     else:
         hit = limit_from_outcome(
             limits,

@@ -13,16 +13,18 @@ and returns a :class:`SandboxOutcome`; :mod:`berth.execution.runs` turns it into
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from berth.execution.limits import ExecLimits
 
-SANDBOX_WORKDIR = "/workspace/work"
-SANDBOX_OUTPUT_DIR = "/workspace/out"
-SANDBOX_PROGRAM_DIR = "/workspace/program"
+SANDBOX_ROOT = "/workspace"
+SANDBOX_WORKDIR = f"{SANDBOX_ROOT}/work"
+SANDBOX_OUTPUT_DIR = f"{SANDBOX_ROOT}/out"
+SANDBOX_PROGRAM_DIR = f"{SANDBOX_ROOT}/program"
 SANDBOX_SOCKET_DIR = "/run/berth"
 SANDBOX_PACKAGE_DIR = "/opt/berth"
 PROGRAM_NAME = "main.py"
@@ -118,6 +120,17 @@ class SandboxOutcome:
     """Set when the sandbox itself could not start (the program never ran)."""
     out_of_memory: bool = False
     """The kernel killed a process of the run for going over the run's memory limit (cgroup, container)."""
+    stopped: str | None = None
+    """Set when something outside the run stopped it before the program ended (an ECS task stopped by the
+    scheduler, a spot interruption): why."""
+
+
+def signal_of_status(code: int | None) -> int | None:
+    """The signal behind a container's or shell's exit status ``128 + n`` (None for a plain exit)."""
+    if code is None or code <= 128:
+        return None
+    number = code - 128
+    return number if number in signal.Signals._value2member_map_ else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +170,20 @@ class ImageBuilding(Protocol):
         """Build the profile's exec image on ``base`` from ``context`` (default: the checkout's ``exec/``),
         reporting each line of progress; return a one-line summary (tag, id, size)."""
         ...
+
+
+def executor_options(backend: object) -> dict[str, Any]:
+    """How a backend that runs the supervisor itself wants the executor started (the :class:`LaunchPayload`
+    fields ``executor_python``, ``hidden_paths`` and ``executor_namespaces``), from its ``python``,
+    ``hidden_paths`` and ``executor_namespaces`` attributes where it has them."""
+    options: dict[str, Any] = {
+        "hidden_paths": tuple(getattr(backend, "hidden_paths", ())),
+        "executor_namespaces": bool(getattr(backend, "executor_namespaces", True)),
+    }
+    python = getattr(backend, "python", None)
+    if isinstance(python, str):
+        options["executor_python"] = python
+    return options
 
 
 def runs_own_supervisor(backend: ExecBackend) -> bool:

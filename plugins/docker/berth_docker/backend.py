@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from berth.execution.limits import MIB, ExecLimits
-from berth.execution.payload import PAYLOAD_VARIABLE, LaunchPayload
+from berth.execution.payload import launch_environment
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
     PROGRAM_NAME,
@@ -42,6 +42,8 @@ from berth.execution.sandbox import (
     SandboxOutcome,
     SandboxRequest,
     executor_environment,
+    executor_options,
+    signal_of_status,
 )
 from berth.hooks import hookimpl
 from berth_docker.engine import CONTAINER_LABEL, ContainerEnd, ContainerSpec, EngineError, RunContainer, client_for
@@ -207,13 +209,7 @@ class DockerBackend:
         binds = run_binds(folder)
         for source, target, mode in self.mounts:
             binds[source] = {"bind": target, "mode": mode}
-        environment = dict(request.supervisor_environment)
-        if not environment:  # no tools to serve: the payload still says who the executor is
-            payload = LaunchPayload(
-                request.exec_id, request.token, "-", "-", request.bundle_id, request.uid,
-                f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}", hidden_paths=self.hidden_paths,
-            )  # fmt: skip
-            environment = {PAYLOAD_VARIABLE: payload.to_json()}
+        environment = launch_environment(request, executor_options(self))
         return ContainerSpec(
             image=self.image,
             command=[self.supervisor_python, "-B", "-m", "berth.execution.combined"],
@@ -281,9 +277,7 @@ def run_binds(folder: RunFolder) -> dict[str, dict[str, str]]:
 def outcome_of(end: ContainerEnd, timed_out: bool, duration: float, isolation: str) -> SandboxOutcome:
     """The sandbox outcome of a container's end. A container killed by its engine exits 128 + the signal."""
     code = end.status_code
-    killed_by = (
-        code - 128 if code is not None and code > 128 and code - 128 in signal.Signals._value2member_map_ else None
-    )
+    killed_by = signal_of_status(code)
     if end.output_over_limit and not timed_out:
         killed_by = signal.SIGXFSZ
     return SandboxOutcome(

@@ -171,16 +171,41 @@ class DockerExecProfile(DescriptorModel):
 
 
 class FargateExecProfile(DescriptorModel):
-    """Executor in an AWS ECS Fargate task."""
+    """Executor in an AWS ECS Fargate task: the supervisor and the executor in one task (``berth_aws.task``)."""
 
     backend: Literal["fargate"]
     cluster: str
-    task_definition: str
+    task_definition: str = Field(description="family[:revision] or ARN of the exec task definition")
+    container_name: str = Field("exec", description="the task definition's container that runs the entry")
     subnets: list[str] = Field(min_length=1)
     security_groups: list[str] = Field(default_factory=list)
-    artifacts_bucket: str
+    assign_public_ip: bool = False
+    artifacts_bucket: str = Field(description="the S3 bucket for each run's work/ snapshot and out/ (a prefix per run)")
+    artifacts_prefix: str = Field("berth-exec", description="the key prefix of run snapshots and payload secrets")
     region: str | None = None
-    timeout_s: float = Field(900, gt=0)
+    endpoint_url: str | None = Field(None, description="an AWS-compatible endpoint (ECS, S3, Secrets Manager)")
+    supervisor_python: str = Field(
+        "/opt/berth-host/venv/bin/python", description="the task's Python with Berth, berth-aws and the bundles"
+    )
+    python: str = Field("/usr/bin/python3", description="the executor's interpreter in the task image")
+    executor_namespaces: bool = Field(
+        True,
+        description=(
+            "give the executor its own network and mount namespaces in the task (needs CAP_SYS_ADMIN, which "
+            "Fargate does not grant: set false there and give the task a security group without egress)"
+        ),
+    )
+    hidden_paths: list[str] = Field(
+        default_factory=list, description="folders of the task the executor must not see (with executor_namespaces)"
+    )
+    memory_mb: int = Field(2048, gt=0, description="the executor's address-space limit (the task's own is its size)")
+    pids: int = Field(256, gt=0)
+    cpu_s: int = Field(600, gt=0)
+    file_size_mb: int = Field(64, gt=0, description="the largest file (and stdout/stderr) a run may write")
+    timeout_s: float = Field(900, gt=0, description="wall time of the program once the task runs")
+    start_timeout_s: float = Field(300, gt=0, description="how long the task may take to reach RUNNING")
+    stop_timeout_s: float = Field(120, gt=0, description="how long a stopped task may take to reach STOPPED")
+    poll_interval_s: float = Field(2.0, gt=0, description="how often describe_tasks is asked")
 
 
 ExecProfile = Annotated[LocalExecProfile | DockerExecProfile | FargateExecProfile, Field(discriminator="backend")]

@@ -1,0 +1,344 @@
+"""The ``fargate`` exec backend end to end against moto's server (ECS, S3, Secrets Manager) with each task
+played for real in Docker by :mod:`ecs_task_player`: snapshot, payload secret, ``run_task``, polling, the task
+entry serving the bundle's tools to its executor, restore, and the cleanup, on success and on every failure
+path. Markers ``aws`` and ``docker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from berth_docker.engine import client_for
+from berth_docker.image import build_exec_image, default_context
+from ecs_task_player import TaskPlayer
+
+from berth.execution.limits import ExecLimits
+from berth.execution.runs import ExecService
+from berth_aws.fargate import FargateBackend
+
+pytestmark = [pytest.mark.aws, pytest.mark.docker, pytest.mark.usefixtures("clean_berth_env")]
+
+REPO = Path(__file__).resolve().parents[3]
+BASE = Path(sys.base_prefix).resolve()
+REGION = "eu-west-1"
+ACCOUNT = "123456789012"  # moto's default account
+IMAGE = "berth-exec:test"
+TASK_VARIABLES = {
+    "BERTH_EXEC_PAYLOAD_SECRET_ID",
+    "BERTH_EXEC_INPUT_URI",
+    "BERTH_EXEC_OUTPUT_URI",
+    "BERTH_EXEC_REGION",
+    "BERTH_EXEC_ENDPOINT_URL",
+}
+
+
+@pytest.fixture(scope="module")
+def exec_image() -> str:
+    build_exec_image(
+        client_for(None), tag=IMAGE, base="berth-exec-base:offline", context=default_context(), progress=lambda _: None
+    )
+    return IMAGE
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, aws_credentials: None) -> dict[str, Any]:
+    """A VPC with a subnet and security group, an ECS cluster with the exec task definitions, a bucket."""
+    client = {
+        name: boto3.client(name, region_name=REGION, endpoint_url=moto_endpoint)
+        for name in ("ec2", "ecs", "s3", "secretsmanager")
+    }
+    vpc = client["ec2"].create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    client["ec2"].modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    subnet = client["ec2"].create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    group = client["ec2"].create_security_group(GroupName=f"exec-{vpc}", Description="no egress", VpcId=vpc)
+    suffix = uuid.uuid4().hex[:8]
+    cluster = f"berth-exec-{suffix}"
+    client["ecs"].create_cluster(clusterName=cluster)
+    for family, image in ((f"exec-{suffix}", IMAGE), (f"absent-{suffix}", "berth-exec:absent")):
+        client["ecs"].register_task_definition(
+            family=family,
+            networkMode="awsvpc",
+            requiresCompatibilities=["FARGATE"],
+            cpu="512",
+            memory="512",
+            containerDefinitions=[{"name": "exec", "image": image, "memory": 512, "cpu": 512, "essential": True}],
+        )
+    bucket = f"berth-exec-{suffix}"
+    client["s3"].create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+    profile = {
+        "backend": "fargate",
+        "cluster": cluster,
+        "task_definition": f"exec-{suffix}",
+        "subnets": [subnet],
+        "security_groups": [group["GroupId"]],
+        "artifacts_bucket": bucket,
+        "region": REGION,
+        "endpoint_url": moto_endpoint,
+        "supervisor_python": sys.executable,
+        "hidden_paths": [str(REPO), str(BASE)],
+        "poll_interval_s": 0.05,
+        "start_timeout_s": 60,
+        "stop_timeout_s": 60,
+        "timeout_s": 60,
+    }
+    return {"client": client, "profile": profile, "bucket": bucket, "suffix": suffix}
+
+
+@pytest.fixture
+def player(aws: dict[str, Any], exec_image: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TaskPlayer]:
+    from moto.ecs.models import ecs_backends
+    from moto.moto_api import state_manager
+
+    state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**12})  # the player moves it
+    task_player = TaskPlayer(
+        backend=ecs_backends[ACCOUNT][REGION],
+        docker=client_for(None),
+        mounts={str(REPO): {"bind": str(REPO), "mode": "ro"}, str(BASE): {"bind": str(BASE), "mode": "ro"}},
+        credentials={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
+    )
+    task_player.install(monkeypatch)
+    try:
+        yield task_player
+    finally:
+        task_player.join()
+        state_manager.unset_transition("ecs::task")
+
+
+def left_behind(aws: dict[str, Any]) -> dict[str, list[str]]:
+    """Every secret and every object of the run's bucket still there."""
+    secrets = [s["Name"] for s in aws["client"]["secretsmanager"].list_secrets().get("SecretList", [])]
+    objects = [o["Key"] for o in aws["client"]["s3"].list_objects_v2(Bucket=aws["bucket"]).get("Contents", [])]
+    return {"secrets": [name for name in secrets if name.startswith("berth-exec/")], "objects": objects}
+
+
+NOTHING = {"secrets": [], "objects": []}
+
+
+def run(aws: dict[str, Any], code: str, tmp_path: Path, **overrides: Any) -> Any:
+    profile = {**aws["profile"], **overrides}
+    backend = FargateBackend.from_profile(profile)
+    service = ExecService(root=tmp_path / "runs")
+    limits = ExecLimits(timeout_s=float(profile["timeout_s"]), memory_mb=2048)
+    return asyncio.run(service.run(code, backend=backend, limits=limits, bundle_id="hello"))
+
+
+def test_a_program_in_a_task_calls_the_bundles_tool_and_nothing_is_left(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    descriptors = tmp_path / "descriptors"
+    shutil.copytree(REPO / "descriptors", descriptors, ignore=shutil.ignore_patterns("schema"))
+    assembly = descriptors / "assembly.yaml"
+    text = assembly.read_text()
+    anchor = "    profiles:\n"
+    assembly.write_text(text.replace(anchor, anchor + f"      task: {json.dumps(aws['profile'])}\n", 1))
+    (descriptors / "bundles.secrets.yaml").write_text("bundles:\n  docs: {search_api_key: 'literal:docs-only-7777'}\n")
+    program = tmp_path / "greet.py"
+    program.write_text(
+        "import json, os\nfrom berth_exec import tools\n"
+        "greeting = tools.call('hello.greet', name='Ann')\n"
+        "open(os.path.join(os.environ['OUTPUT_DIR'], 'greeting.txt'), 'w').write(greeting)\n"
+        "print(json.dumps({'greeting': greeting, 'environ': sorted(os.environ), 'uid': os.getuid()}))\n"
+    )
+    executable = Path(sys.executable).parent / "berth"
+    result = subprocess.run(
+        [str(executable), "exec", "run", str(program), "--descriptors", str(descriptors), "--profile", "task",
+         "--bundle", "hello", "--tenant", "acme", "--project", "support", "--out", "kept"],
+        capture_output=True, text=True, cwd=tmp_path, check=False, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    envelope = json.loads(result.stdout)
+    assert envelope["ok"] is True, envelope["report_text"]
+    assert envelope["backend"] == "fargate"
+    assert "(fargate-namespaces)" in envelope["report_text"]
+    seen = json.loads(envelope["user_out_tail"])
+    assert seen["greeting"] == "Hello, Ann!"
+    assert set(seen["environ"]) - {"LC_CTYPE"} == {
+        "BUNDLE_ID", "EXECUTION_ID", "OUTPUT_DIR", "SUPERVISOR_SOCKET_PATH", "WORKDIR",
+    }  # fmt: skip
+    assert seen["uid"] != 0
+    assert (tmp_path / "kept" / "greeting.txt").read_text() == "Hello, Ann!"
+    # the task was started with where its payload is, never the payload: no token, no descriptor, no secret
+    (task,) = player.played
+    override = task.overrides["containerOverrides"][0]
+    assert {item["name"] for item in override["environment"]} == TASK_VARIABLES
+    assert "docs-only-7777" not in json.dumps(task.overrides) + result.stdout + result.stderr
+    assert "BERTH_DESCRIPTOR" not in json.dumps(task.overrides)
+    assert task.stop_code == "EssentialContainerExited"
+    assert left_behind(aws) == NOTHING
+
+
+def test_a_failing_program_hands_back_its_status_stderr_and_files(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    code = (
+        "import os, sys\nopen(os.path.join(os.environ['OUTPUT_DIR'], 'partial.csv'), 'w').write('a,b\\n1,2\\n')\n"
+        "sys.stderr.write('bad row 3\\n')\nsys.exit(3)\n"
+    )
+    envelope = run(aws, code, tmp_path).envelope
+    assert envelope.error is not None and envelope.error.code == "nonzero_exit", envelope.report_text
+    assert envelope.exit_code == 3
+    assert "bad row 3" in envelope.runtime_err_tail
+    assert [a.path for a in envelope.artifacts] == ["out/partial.csv"]
+    assert left_behind(aws) == NOTHING
+
+
+def test_a_missing_image_is_a_failed_start_with_ecs_reason(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    envelope = run(aws, "print(1)", tmp_path, task_definition=f"absent-{aws['suffix']}").envelope
+    assert envelope.error is not None and envelope.error.code == "sandbox_failed"
+    assert "image could not be pulled" in envelope.error.message
+    assert "berth-exec:absent" in envelope.error.message
+    assert left_behind(aws) == NOTHING
+
+
+def test_no_capacity_is_a_failed_start(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.core.responses import ActionResult
+    from moto.ecs.responses import EC2ContainerServiceResponse
+
+    def no_capacity(self: Any) -> ActionResult:  # ECS's answer when Fargate has no capacity for the task
+        reason = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
+        return ActionResult({"tasks": [], "failures": [{"reason": reason}]})
+
+    monkeypatch.setattr(EC2ContainerServiceResponse, "run_task", no_capacity)
+    envelope = run(aws, "print(1)", tmp_path).envelope
+    assert envelope.error is not None and envelope.error.code == "sandbox_failed"
+    assert "no capacity to start the task: Capacity is unavailable" in envelope.error.message
+    assert left_behind(aws) == NOTHING
+
+
+def test_a_task_that_never_starts_is_stopped_and_reported(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    player.mode = "hold"
+    envelope = run(aws, "print(1)", tmp_path, start_timeout_s=0.5).envelope
+    assert envelope.error is not None and envelope.error.code == "sandbox_failed"
+    assert "did not start within 0.5 s" in envelope.error.message
+    (task,) = player.played
+    assert task.desired_status == "STOPPED" and task.stopped_reason == "berth: the task did not start in time"
+    assert left_behind(aws) == NOTHING
+
+
+def test_the_wall_time_stops_the_task_and_keeps_what_the_program_wrote(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    code = (
+        "import os, time\nopen(os.path.join(os.environ['OUTPUT_DIR'], 'progress.txt'), 'w').write('step 1')\n"
+        "print('working', flush=True)\ntime.sleep(600)\n"
+    )
+    envelope = run(aws, code, tmp_path, timeout_s=4).envelope
+    assert envelope.error is not None and envelope.error.code == "timeout", envelope.report_text
+    assert [a.path for a in envelope.artifacts] == ["out/progress.txt"]
+    assert envelope.user_out_tail == "working\n"
+    (task,) = player.played
+    assert task.stopped_reason == "berth: exec timeout"
+    assert left_behind(aws) == NOTHING
+
+
+def test_a_spot_interruption_is_a_stopped_run(tmp_path: Path, aws: dict[str, Any], player: TaskPlayer) -> None:
+    player.mode = "interrupt"
+    envelope = run(aws, "import time\ntime.sleep(600)", tmp_path).envelope
+    assert envelope.error is not None and envelope.error.code == "sandbox_stopped", envelope.report_text
+    assert "SpotInterruption: Your Spot Task was interrupted." in envelope.error.message
+    assert left_behind(aws) == NOTHING
+
+
+def test_a_memory_bomb_ends_as_the_tasks_memory_limit(tmp_path: Path, aws: dict[str, Any], player: TaskPlayer) -> None:
+    code = "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))\n"
+    envelope = run(aws, code, tmp_path).envelope
+    assert envelope.error is not None and envelope.error.code == "memory_limit", envelope.report_text
+    assert left_behind(aws) == NOTHING
+
+
+def test_a_lost_input_snapshot_fails_the_run_before_the_program(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    def drop_input(environment: dict[str, str]) -> None:
+        bucket, _, key = environment["BERTH_EXEC_INPUT_URI"].removeprefix("s3://").partition("/")
+        aws["client"]["s3"].delete_object(Bucket=bucket, Key=key)
+
+    player.mode = "drop-input"
+    player.on_input = drop_input
+    envelope = run(aws, "print(1)", tmp_path).envelope
+    assert envelope.error is not None and envelope.error.code == "sandbox_failed"
+    assert "the task could not prepare the run: the input snapshot could not be read (404)" in envelope.error.message
+    assert left_behind(aws) == NOTHING
+
+
+def test_cancelling_the_run_stops_the_task_and_cleans_up(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    backend = FargateBackend.from_profile(aws["profile"])
+    service = ExecService(root=tmp_path / "runs")
+
+    async def cancel_once_running() -> None:
+        running = asyncio.ensure_future(
+            service.run("import time\ntime.sleep(600)", backend=backend, limits=ExecLimits(), bundle_id="hello")
+        )
+        await asyncio.to_thread(player.running.wait, 60)  # the task's container started
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(cancel_once_running())
+    (task,) = player.played
+    assert task.status == "STOPPED" and task.stopped_reason == "berth: run cancelled"
+    assert left_behind(aws) == NOTHING
+
+
+def test_doctor_checks_the_cluster_task_definition_and_bucket(aws: dict[str, Any]) -> None:
+    findings = {f.check: f for f in FargateBackend.from_profile(aws["profile"]).doctor()}
+    profile = aws["profile"]
+    assert findings[f"ECS cluster {profile['cluster']}"].ok
+    assert findings[f"task definition {profile['task_definition']}"].ok
+    assert findings[f"artifacts bucket {profile['artifacts_bucket']}"].ok
+    broken = FargateBackend.from_profile({**profile, "container_name": "worker", "artifacts_bucket": "nope-bucket"})
+    bad = {f.check: f for f in broken.doctor()}
+    assert not bad[f"task definition {profile['task_definition']}"].ok
+    assert "has no container 'worker' (has: exec)" in bad[f"task definition {profile['task_definition']}"].detail
+    assert not bad["artifacts bucket nope-bucket"].ok
+
+
+def test_without_namespaces_the_executor_is_still_another_uid_that_reads_no_root_process(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    code = (
+        "import json, os\n"
+        "def readable(path):\n"
+        "    try:\n        open(path, 'rb').read(1)\n        return True\n"
+        "    except OSError:\n        return False\n"
+        "print(json.dumps({'uid': os.getuid(), 'init_environ': readable('/proc/1/environ'),\n"
+        "                  'task_environ': any(readable(f'/proc/{p}/environ') for p in os.listdir('/proc')\n"
+        "                                      if p.isdigit() and int(p) != os.getpid())}))\n"
+    )
+    envelope = run(aws, code, tmp_path, executor_namespaces=False).envelope
+    assert envelope.ok, envelope.report_text
+    assert "(fargate-uid)" in envelope.report_text
+    seen = json.loads(envelope.user_out_tail)
+    assert seen["uid"] != 0
+    assert seen["init_environ"] is False and seen["task_environ"] is False  # the task entry's and the supervisor's
+    assert left_behind(aws) == NOTHING
+
+
+def test_namespaces_the_task_cannot_make_fail_the_run_closed(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    player.capabilities = ()  # as on Fargate: CAP_SYS_ADMIN cannot be added
+    envelope = run(aws, "print('ran half-isolated')", tmp_path).envelope
+    assert envelope.error is not None and envelope.error.code == "sandbox_failed", envelope.report_text
+    assert "the executor could not be isolated" in envelope.error.message
+    assert "executor_namespaces: false" in envelope.error.message
+    assert "ran half-isolated" not in envelope.user_out_tail
+    assert left_behind(aws) == NOTHING
