@@ -20,54 +20,86 @@ Arms:
 * **docker split**: the same service with the ``docker`` backend (``berth-docker``): a fresh executor container
   per run (``--network none``, read-only root, no capabilities, limits), when a Docker engine answers on
   ``DOCKER_HOST`` and has the exec image (``--docker-image``, default ``berth-exec:latest``; ``berth exec
-  build-image`` makes it).
+  build-image`` makes it);
+* **docker combined**: one container per run holding the supervisor (this checkout's Python, mounted read-only)
+  and the executor; the supervisor loads the ``hello`` bundle from the example descriptors and serves its tools;
+* **fargate (moto)**: the ``fargate`` backend (``berth-aws``) against moto's server in this process, each task
+  played in Docker by :class:`berth_aws.testing.TaskPlayer`: S3 snapshot, payload secret, ``run_task``,
+  ``describe_tasks`` every 50 ms, restore, cleanup. Real Fargate adds its provisioning (typically 30-60 s) and
+  network round trips to AWS, which no machine here can measure.
 
-It prints median, min and max per arm (the machine is noisy) and the ratio to bare. Targets: the local sandbox
-within 3x of the bare subprocess; docker split under 1.5 s. The Fargate backend joins this table when it lands.
+The tool-call program calls ``hello.greet`` ten times. For the arms whose supervisor is the host
+(bare, local, docker split) an in-process stand-in answers it as the bundle does; for combined and fargate the
+bundle itself answers, from the descriptors the run was given.
+
+It prints median, min and max per arm (the machine is noisy) and the ratio to bare. The two arms that start a
+supervisor per run (combined, fargate) are timed ``--slow-runs`` times (default 5; 1 with ``--quick``). Targets:
+the local sandbox within 3x of the bare subprocess; docker split under 1.5 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import os
 import secrets
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from berth.config import Configuration
 from berth.default_plugins.exec.local import LocalBackend, bwrap_works, package_folder
 from berth.execution.limits import ExecLimits
+from berth.execution.payload import SupervisorScope, supervisor_scope_of
 from berth.execution.runs import ExecService
 from berth.execution.sandbox import ExecBackend
 from berth.execution.supervisor import Supervisor
 
 PYTHON = "/usr/bin/python3"
+REPO = Path(__file__).resolve().parents[1]
 TRIVIAL = 'print("ok")\n'
-TOOL_CALLS = "from berth_exec import tools\nfor i in range(10):\n    tools.call('t.echo', i=i)\nprint('ok')\n"
+TOOL_CALLS = (
+    "from berth_exec import tools\nfor i in range(10):\n    tools.call('hello.greet', name=str(i))\nprint('ok')\n"
+)
 BARE_PRELUDE = (
     "import os, sys\nsys.path.insert(0, os.environ['BENCH_EXEC_PATH'])\nfrom berth_exec import tools\n"
     "tools.configure(os.environ['SUPERVISOR_SOCKET_PATH'], os.environ['BENCH_TOKEN'])\n"
 )
 
 
-class EchoTools:
-    """One tool, ``t.echo``, answering with its params: the supervisor's round trip is what is measured."""
+class GreetTools:
+    """``hello.greet``, answered in-process as the bundle does: the supervisor's round trip is what is measured."""
 
     @property
     def tool_ids(self) -> Collection[str]:
-        return {"t.echo"}
+        return {"hello.greet"}
 
     async def call(self, tool_id: str, params: dict[str, Any]) -> Any:
-        return params
+        return f"Hello, {params['name']}!"
 
     async def read(self, path: str) -> str:
         return ""
+
+
+@dataclass
+class Arm:
+    """A backend timed in the table, and what its runs need."""
+
+    backend: ExecBackend
+    scope: SupervisorScope | None = None
+    """For a backend that runs the supervisor itself: the scope and descriptors it serves the bundle from."""
+    slow: bool = False
+    """Starts a supervisor per run: timed ``--slow-runs`` times."""
 
 
 async def bare(code: str, folder: Path, with_tools: bool) -> float:
@@ -79,7 +111,7 @@ async def bare(code: str, folder: Path, with_tools: bool) -> float:
     if with_tools:
         token = secrets.token_urlsafe(32)
         socket_path = folder / "bare.sock"
-        supervisor = Supervisor(socket_path, token, os.getuid(), EchoTools())
+        supervisor = Supervisor(socket_path, token, os.getuid(), GreetTools())
         await supervisor.start()
         environment |= {
             "SUPERVISOR_SOCKET_PATH": str(socket_path),
@@ -97,83 +129,145 @@ async def bare(code: str, folder: Path, with_tools: bool) -> float:
     return elapsed
 
 
-async def sandboxed(service: ExecService, backend: ExecBackend, code: str, with_tools: bool) -> float:
-    """Run ``code`` through the exec service and ``backend``."""
+async def sandboxed(service: ExecService, arm: Arm, code: str, with_tools: bool) -> float:
+    """Run ``code`` through the exec service and the arm's backend."""
     started = time.perf_counter()
     run = await service.run(
         code,
-        backend=backend,
-        limits=ExecLimits(timeout_s=30),
-        bundle_id="bench",
-        dispatch=EchoTools() if with_tools else None,
+        backend=arm.backend,
+        limits=ExecLimits(timeout_s=60),
+        bundle_id="hello",
+        dispatch=GreetTools() if with_tools and arm.scope is None else None,
+        supervisor_scope=arm.scope if with_tools else None,
     )
     elapsed = time.perf_counter() - started
     assert run.envelope.ok and run.envelope.user_out_tail.strip() == "ok", run.envelope.report_text
     return elapsed
 
 
-async def measure(runs: int, backends: dict[str, ExecBackend]) -> list[tuple[str, str, list[float]]]:
-    """Every (program, arm) timed ``runs`` times, arms interleaved so that slow phases hit all of them."""
+async def measure(runs: int, slow_runs: int, arms: dict[str, Arm]) -> list[tuple[str, str, list[float]]]:
+    """Every (program, arm) timed ``runs`` times (slow arms ``slow_runs``), arms interleaved so that slow phases
+    hit all of them."""
     service = ExecService(root=Path(tempfile.gettempdir()) / f"berth-exec-bench-{os.getpid()}")
     rows: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        arms: list[tuple[str, str, Callable[[], Awaitable[float]]]] = []
+        timed: list[tuple[str, str, bool, Callable[[], Awaitable[float]]]] = []
         for label, code, with_tools in (("trivial", TRIVIAL, False), ("10 tool calls", TOOL_CALLS, True)):
-            arms.append((label, "bare subprocess", lambda c=code, t=with_tools: bare(c, folder, t)))
-            for name, backend in backends.items():
-                arms.append((label, name, lambda b=backend, c=code, t=with_tools: sandboxed(service, b, c, t)))
-        for _, _, arm in arms:  # warm-up: caches, imports
-            await arm()
-        for _ in range(runs):
-            for label, name, arm in arms:
-                rows.setdefault((label, name), []).append(await arm())
+            timed.append((label, "bare subprocess", False, lambda c=code, t=with_tools: bare(c, folder, t)))
+            for name, arm in arms.items():
+                run = lambda a=arm, c=code, t=with_tools: sandboxed(service, a, c, t)  # noqa: E731
+                timed.append((label, name, arm.slow, run))
+        for _, _, slow, run in timed:  # warm-up: caches, imports (the slow arms' first run is timed with --quick)
+            if not slow or slow_runs > 1:
+                await run()
+        for index in range(runs):
+            for label, name, slow, run in timed:
+                if not slow or index < slow_runs:
+                    rows.setdefault((label, name), []).append(await run())
     return [(label, name, times) for (label, name), times in rows.items()]
 
 
 def print_table(rows: list[tuple[str, str, list[float]]]) -> None:
     """Median, min, max in ms per arm, and local/bare per program."""
-    print(f"{'program':<15}{'arm':<18}{'median ms':>10}{'min':>9}{'max':>9}{'x bare':>10}")
+    print(f"{'program':<15}{'arm':<18}{'median ms':>10}{'min':>9}{'max':>9}{'x bare':>10}{'runs':>6}")
     medians = {(label, name): statistics.median(times) for label, name, times in rows}
     for label, name, times in rows:
         ratio = medians[(label, name)] / medians[(label, "bare subprocess")]
         print(
             f"{label:<15}{name:<18}{medians[(label, name)] * 1000:>10.1f}{min(times) * 1000:>9.1f}"
-            f"{max(times) * 1000:>9.1f}{ratio:>9.2f}x"
+            f"{max(times) * 1000:>9.1f}{ratio:>9.2f}x{len(times):>6}"
         )
     print("targets: local (bwrap) within 3x of the bare subprocess; docker split under 1500 ms")
 
 
-def docker_backend(image: str) -> ExecBackend | None:
-    """The docker split backend, when berth-docker is installed and an engine with ``image`` answers."""
+def docker_arms(image: str) -> dict[str, Arm]:
+    """The docker split and combined arms, when berth-docker is installed and an engine with ``image`` answers."""
     try:
         from berth_docker.backend import DockerBackend
     except ImportError:
-        print("docker arm skipped: berth-docker is not installed")
-        return None
-    backend = DockerBackend(image=image, strategy="split")
-    missing = [finding for finding in backend.doctor() if not finding.ok]
+        print("docker arms skipped: berth-docker is not installed")
+        return {}
+    split = DockerBackend(image=image, strategy="split")
+    missing = [finding for finding in split.doctor() if not finding.ok]
     if missing:
-        print(f"docker arm skipped: {missing[0].check}: {missing[0].detail}")
-        return None
-    return backend
+        print(f"docker arms skipped: {missing[0].check}: {missing[0].detail}")
+        return {}
+    combined = DockerBackend(
+        image=image, strategy="combined", supervisor_python=sys.executable, mounts=supervisor_mounts()
+    )
+    return {"docker split": Arm(split), "docker combined": Arm(combined, example_scope(), slow=True)}
+
+
+def supervisor_mounts() -> list[str]:
+    """This checkout and its base interpreter, read-only at the same paths: the supervisor's Python."""
+    base = Path(sys.base_prefix).resolve()
+    return [f"{REPO}:{REPO}:ro", f"{base}:{base}:ro"]
+
+
+def example_scope() -> SupervisorScope:
+    """acme/support of the example descriptors, where the ``hello`` bundle is enabled."""
+    config = Configuration.load(REPO / "descriptors")
+    return supervisor_scope_of(config, "acme", "support")
+
+
+@contextmanager
+def fargate_arm(image: str) -> Iterator[dict[str, Arm]]:
+    """The fargate arm against moto in this process, its tasks played in Docker (needs berth-aws and moto)."""
+    try:
+        from berth_docker.engine import client_for
+        from moto.ecs.models import ecs_backends
+        from moto.server import ThreadedMotoServer
+
+        from berth_aws.fargate import FargateBackend
+        from berth_aws.testing import TaskPlayer, create_exec_world
+    except ImportError as error:
+        print(f"fargate arm skipped: {error.name} is not installed")
+        yield {}
+        return
+    for name, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
+        os.environ.setdefault(name, value)  # moto accepts any; boto3 insists on some
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    base = Path(sys.base_prefix).resolve()
+    world = create_exec_world(f"http://127.0.0.1:{port}", image)
+    player = TaskPlayer(
+        backend=ecs_backends["123456789012"]["eu-west-1"],
+        docker=client_for(None),
+        mounts={str(REPO): {"bind": str(REPO), "mode": "ro"}, str(base): {"bind": str(base), "mode": "ro"}},
+        credentials={"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"},
+    )
+    player.install()
+    try:
+        profile = {**world["profile"], "supervisor_python": sys.executable, "hidden_paths": [str(REPO), str(base)]}
+        yield {"fargate (moto)": Arm(FargateBackend.from_profile(profile), example_scope(), slow=True)}
+    finally:
+        player.uninstall()
+        server.stop()
 
 
 def main() -> None:
     """Parse the options, check the sandbox is here, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="timed runs per arm (default 15)")
-    parser.add_argument("--quick", action="store_true", help="3 runs per arm: a smoke test of the script")
-    parser.add_argument("--docker-image", default="berth-exec:latest", help="the exec image of the docker arm")
+    parser.add_argument("--slow-runs", type=int, default=5, help="timed runs of docker combined and fargate (5)")
+    parser.add_argument("--quick", action="store_true", help="3 runs per arm (1 for the slow ones): a smoke test")
+    parser.add_argument("--docker-image", default="berth-exec:latest", help="the exec image of the docker arms")
     options = parser.parse_args()
     if os.geteuid() != 0 or not bwrap_works() or not Path(PYTHON).is_file():
         print("skipped: the local sandbox needs root, bubblewrap and /usr/bin/python3 (see berth exec doctor)")
         return
-    backends: dict[str, ExecBackend] = {"local (bwrap)": LocalBackend(isolation="bwrap")}
-    docker = docker_backend(options.docker_image)
-    if docker is not None:
-        backends["docker split"] = docker
-    rows = asyncio.run(measure(3 if options.quick else options.runs, backends))
+    arms: dict[str, Arm] = {"local (bwrap)": Arm(LocalBackend(isolation="bwrap"))}
+    arms |= docker_arms(options.docker_image)
+    with contextlib.ExitStack() as stack:
+        if "docker split" in arms:
+            arms |= stack.enter_context(fargate_arm(options.docker_image))
+        runs, slow_runs = (3, 1) if options.quick else (options.runs, options.slow_runs)
+        rows = asyncio.run(measure(runs, slow_runs, arms))
     print_table(rows)
 
 

@@ -1,7 +1,7 @@
 """The ``fargate`` exec backend end to end against moto's server (ECS, S3, Secrets Manager) with each task
-played for real in Docker by :mod:`ecs_task_player`: snapshot, payload secret, ``run_task``, polling, the task
-entry serving the bundle's tools to its executor, restore, and the cleanup, on success and on every failure
-path. Markers ``aws`` and ``docker``.
+played for real in Docker by :class:`berth_aws.testing.TaskPlayer`: snapshot, payload secret, ``run_task``,
+polling, the task entry serving the bundle's tools to its executor, restore, and the cleanup, on success and on
+every failure path. Markers ``aws`` and ``docker``.
 """
 
 from __future__ import annotations
@@ -11,20 +11,18 @@ import json
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from berth_docker.engine import client_for
 from berth_docker.image import build_exec_image, default_context
-from ecs_task_player import TaskPlayer
 
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecService
 from berth_aws.fargate import FargateBackend
+from berth_aws.testing import TaskPlayer, create_exec_world
 
 pytestmark = [pytest.mark.aws, pytest.mark.docker, pytest.mark.usefixtures("clean_berth_env")]
 
@@ -53,71 +51,32 @@ def exec_image() -> str:
 @pytest.fixture
 def aws(moto_endpoint: str, aws_credentials: None) -> dict[str, Any]:
     """A VPC with a subnet and security group, an ECS cluster with the exec task definitions, a bucket."""
-    client = {
-        name: boto3.client(name, region_name=REGION, endpoint_url=moto_endpoint)
-        for name in ("ec2", "ecs", "s3", "secretsmanager")
-    }
-    vpc = client["ec2"].create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    client["ec2"].modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
-    subnet = client["ec2"].create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
-    group = client["ec2"].create_security_group(GroupName=f"exec-{vpc}", Description="no egress", VpcId=vpc)
-    suffix = uuid.uuid4().hex[:8]
-    cluster = f"berth-exec-{suffix}"
-    client["ecs"].create_cluster(clusterName=cluster)
-    for family, image in ((f"exec-{suffix}", IMAGE), (f"absent-{suffix}", "berth-exec:absent")):
-        client["ecs"].register_task_definition(
-            family=family,
-            networkMode="awsvpc",
-            requiresCompatibilities=["FARGATE"],
-            cpu="512",
-            memory="512",
-            containerDefinitions=[{"name": "exec", "image": image, "memory": 512, "cpu": 512, "essential": True}],
-        )
-    bucket = f"berth-exec-{suffix}"
-    client["s3"].create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
-    profile = {
-        "backend": "fargate",
-        "cluster": cluster,
-        "task_definition": f"exec-{suffix}",
-        "subnets": [subnet],
-        "security_groups": [group["GroupId"]],
-        "artifacts_bucket": bucket,
-        "region": REGION,
-        "endpoint_url": moto_endpoint,
-        "supervisor_python": sys.executable,
-        "hidden_paths": [str(REPO), str(BASE)],
-        "poll_interval_s": 0.05,
-        "start_timeout_s": 60,
-        "stop_timeout_s": 60,
-        "timeout_s": 60,
-    }
-    return {"client": client, "profile": profile, "bucket": bucket, "suffix": suffix}
+    world = create_exec_world(moto_endpoint, IMAGE, region=REGION)
+    world["profile"].update(supervisor_python=sys.executable, hidden_paths=[str(REPO), str(BASE)])
+    return world
 
 
 @pytest.fixture
-def player(aws: dict[str, Any], exec_image: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TaskPlayer]:
+def player(aws: dict[str, Any], exec_image: str) -> Iterator[TaskPlayer]:
     from moto.ecs.models import ecs_backends
-    from moto.moto_api import state_manager
 
-    state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**12})  # the player moves it
     task_player = TaskPlayer(
         backend=ecs_backends[ACCOUNT][REGION],
         docker=client_for(None),
         mounts={str(REPO): {"bind": str(REPO), "mode": "ro"}, str(BASE): {"bind": str(BASE), "mode": "ro"}},
         credentials={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
     )
-    task_player.install(monkeypatch)
+    task_player.install()
     try:
         yield task_player
     finally:
-        task_player.join()
-        state_manager.unset_transition("ecs::task")
+        task_player.uninstall()
 
 
 def left_behind(aws: dict[str, Any]) -> dict[str, list[str]]:
     """Every secret and every object of the run's bucket still there."""
-    secrets = [s["Name"] for s in aws["client"]["secretsmanager"].list_secrets().get("SecretList", [])]
-    objects = [o["Key"] for o in aws["client"]["s3"].list_objects_v2(Bucket=aws["bucket"]).get("Contents", [])]
+    secrets = [s["Name"] for s in aws["clients"]["secretsmanager"].list_secrets().get("SecretList", [])]
+    objects = [o["Key"] for o in aws["clients"]["s3"].list_objects_v2(Bucket=aws["bucket"]).get("Contents", [])]
     return {"secrets": [name for name in secrets if name.startswith("berth-exec/")], "objects": objects}
 
 
@@ -267,7 +226,7 @@ def test_a_lost_input_snapshot_fails_the_run_before_the_program(
 ) -> None:
     def drop_input(environment: dict[str, str]) -> None:
         bucket, _, key = environment["BERTH_EXEC_INPUT_URI"].removeprefix("s3://").partition("/")
-        aws["client"]["s3"].delete_object(Bucket=bucket, Key=key)
+        aws["clients"]["s3"].delete_object(Bucket=bucket, Key=key)
 
     player.mode = "drop-input"
     player.on_input = drop_input

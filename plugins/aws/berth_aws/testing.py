@@ -1,16 +1,17 @@
-"""Plays moto's ECS tasks for real: moto keeps ECS's state but runs no container, so this player runs each task
-the backend starts as Docker would on Fargate, and reports its end through moto's own task model.
+"""Test support for the fargate backend against moto (used by this project's tests and by ``bench/exec.py``).
 
-For each ``run_task`` it reads the task definition's image and the call's container overrides (command and
-environment) exactly as moto stored them, starts that container (host network, so the task reaches moto on
-127.0.0.1; ``CAP_SYS_ADMIN`` added, as the ``executor_namespaces`` profile asks of a task definition), moves the
-task through ``PENDING`` → ``RUNNING`` → ``STOPPED`` with ``stopCode``, ``stoppedReason`` and the container's
-``exitCode``/``reason`` as ECS writes them, and removes the container.
+moto keeps ECS's state but runs no container. :class:`TaskPlayer` plays each task the backend starts as Fargate
+would, in a Docker engine, and reports its end through moto's own task model: for each ``run_task`` it reads the
+task definition's image and the call's container overrides (command and environment) exactly as moto stored them,
+starts that container (host network, so the task reaches moto on 127.0.0.1; an init process as
+``initProcessEnabled`` gives; ``CAP_SYS_ADMIN`` added, as the ``executor_namespaces`` profile asks of a task
+definition), moves the task through ``PENDING`` → ``RUNNING`` → ``STOPPED`` with ``stopCode``, ``stoppedReason``
+and the container's ``exitCode``/``reason`` as ECS writes them, and removes the container.
 
 Two of moto's shortcuts are set right while the player is installed, so the backend sees ECS's real semantics:
 ``run_task`` answers ``PROVISIONING`` (moto: ``RUNNING`` at once), and ``stop_task`` only sets
 ``desiredStatus``; the task reaches ``STOPPED`` when its container has gone (SIGTERM, then SIGKILL after the
-grace period), not at once.
+grace period), not at once. :func:`create_exec_world` makes what a fargate profile needs in moto.
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ class TaskPlayer:
     changed: threading.Condition = field(default_factory=threading.Condition)
     threads: list[threading.Thread] = field(default_factory=list)
 
-    def install(self, monkeypatch: Any) -> None:
-        """Wrap the backend's ``run_task`` and ``stop_task`` (as ECS behaves; see the module's docstring)."""
+    def install(self) -> None:
+        """Wrap the backend's ``run_task`` and ``stop_task`` (as ECS behaves; see the module's docstring) and
+        leave the tasks' status to the player."""
+        from moto.moto_api import state_manager
+
+        state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**12})
         original_run = self.backend.run_task
 
         def run_task(*args: Any, **kwargs: Any) -> list[Any]:
@@ -71,10 +76,19 @@ class TaskPlayer:
                             self.finish(task, exit_code=None)
                         self.changed.notify_all()
                     return task
-            raise AssertionError(f"stop_task of a task this player does not know: {task_str}")
+            raise LookupError(f"stop_task of a task this player does not know: {task_str}")
 
-        monkeypatch.setattr(self.backend, "run_task", run_task)
-        monkeypatch.setattr(self.backend, "stop_task", stop_task)
+        self.backend.run_task = run_task
+        self.backend.stop_task = stop_task
+
+    def uninstall(self) -> None:
+        """Wait for the tasks' containers, give moto its own ``run_task``/``stop_task`` and transitions back."""
+        from moto.moto_api import state_manager
+
+        self.join()
+        for name in ("run_task", "stop_task"):
+            self.backend.__dict__.pop(name, None)
+        state_manager.unset_transition("ecs::task")
 
     def join(self) -> None:
         """Wait for every task's container to be gone."""
@@ -100,7 +114,7 @@ class TaskPlayer:
                 init=True,  # the task definition's linuxParameters.initProcessEnabled, as docs/exec.md advises
                 cap_add=list(self.capabilities),
                 read_only=True,
-                tmpfs={"/workspace": "mode=0755", "/run/berth": "mode=0755", "/tmp": "mode=1777"},
+                tmpfs={"/workspace": "mode=0755", "/run/berth": "mode=0755", "/tmp": "mode=1777"},  # noqa: S108
                 volumes={source: dict(bind) for source, bind in self.mounts.items()},
                 mem_limit=int(container_definition.memory) * 1024 * 1024,
                 labels={"berth.test.ecs_task": task.id},
@@ -163,3 +177,52 @@ def overrides_of(task: Any, container_name: str) -> Mapping[str, Any]:
     """The task's container overrides for ``container_name`` (empty when the call gave none)."""
     overrides: Sequence[Mapping[str, Any]] = (task.overrides or {}).get("containerOverrides") or []
     return next((o for o in overrides if o.get("name") == container_name), {})
+
+
+def create_exec_world(endpoint: str, image: str, *, region: str = "eu-west-1") -> dict[str, Any]:
+    """In moto at ``endpoint``: a VPC with DNS hostnames, a subnet, a security group, an ECS cluster, the task
+    definitions ``exec-<suffix>`` (``image``) and ``absent-<suffix>`` (an image no engine has), and a bucket.
+    Returns the boto3 ``clients``, the ``bucket``, the ``suffix`` and a fargate ``profile`` for them."""
+    import uuid
+
+    import boto3
+
+    clients: dict[str, Any] = {
+        name: boto3.client(name, region_name=region, endpoint_url=endpoint)
+        for name in ("ec2", "ecs", "s3", "secretsmanager")
+    }
+    vpc = clients["ec2"].create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    clients["ec2"].modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    subnet = clients["ec2"].create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    group = clients["ec2"].create_security_group(GroupName=f"exec-{vpc}", Description="no egress", VpcId=vpc)
+    suffix = uuid.uuid4().hex[:8]
+    cluster = f"berth-exec-{suffix}"
+    clients["ecs"].create_cluster(clusterName=cluster)
+    for family, family_image in ((f"exec-{suffix}", image), (f"absent-{suffix}", "berth-exec:absent")):
+        clients["ecs"].register_task_definition(
+            family=family,
+            networkMode="awsvpc",
+            requiresCompatibilities=["FARGATE"],
+            cpu="512",
+            memory="512",
+            containerDefinitions=[
+                {"name": "exec", "image": family_image, "memory": 512, "cpu": 512, "essential": True}
+            ],
+        )
+    bucket = f"berth-exec-{suffix}"
+    clients["s3"].create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    profile = {
+        "backend": "fargate",
+        "cluster": cluster,
+        "task_definition": f"exec-{suffix}",
+        "subnets": [subnet],
+        "security_groups": [group["GroupId"]],
+        "artifacts_bucket": bucket,
+        "region": region,
+        "endpoint_url": endpoint,
+        "poll_interval_s": 0.05,
+        "start_timeout_s": 60,
+        "stop_timeout_s": 60,
+        "timeout_s": 60,
+    }
+    return {"clients": clients, "bucket": bucket, "suffix": suffix, "profile": profile}
