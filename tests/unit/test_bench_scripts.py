@@ -31,7 +31,7 @@ QUICK_BUDGET_S = 60  # a quick mode taking longer than this has lost its tiny si
 TABLES: dict[str, tuple[str, str]] = {
     "api_load.py": (r"^\s+turns\s+turns/s\s+first delta p50 ms", r"^berth / bare streams per second: \d+\.\d+"),
     "context.py": (r"^strategy\s+input tokens", r"^ratio \(strict\): berth sends \d+(\.\d+)?x fewer"),
-    "exec.py": (r"^program\s+arm\s+median ms", r"^trivial\s+local \(bwrap\)\s.*\d+\.\d+x$"),
+    "exec.py": (r"^program\s+arm\s+median ms", r"^trivial\s+local \(bwrap\)\s.*\d+\.\d+x\s+\d+$"),
     "mcp_overhead.py": (r"^row\s+calls\s+berth/s\s+bare/s.*\sratio$", r"^stdio, shared\s.*\s\d+\.\d+$"),
     "reload.py": (r"^\s+saves\s+swap med ms", r"^ratio restart / hot reload.* median \d+(\.\d+)?x"),
     "streaming.py": (r"^\|\s+chunk\s+\|\s+implementation", r"^\|\s+16 B \| Berth ChannelRenderer.*\d+(\.\d+)?x faster"),
