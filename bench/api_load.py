@@ -1,21 +1,32 @@
-"""Load on the HTTP API: concurrent conversations streaming turns from one uvicorn worker.
+"""Load on the HTTP API: concurrent conversations streaming tool turns from one uvicorn worker.
 
-Berth (``berth run`` with the scripted model, embedded storage, auth none) against a bare FastAPI app that
-streams the same SSE bytes as a plain ``StreamingResponse`` — each server in its own process on loopback,
-the load generator in this one. The load generator is :mod:`_loadgen`: raw HTTP/1.1 on one keep-alive
-connection per simulated user, opened before the clock starts (httpx cost more CPU per request than the
-bare endpoint does, so with it the baseline measured the client; and 200 simultaneous connects put the
-listen backlog, not the server, into the p99). Two measurements per arm:
+Each server runs in its own process on loopback, the load generator in this one:
 
-* **throughput** (closed loop): every user runs ``--turns`` turns back to back; turns/s and the ratio;
+* **Berth** (``berth run`` with the scripted model, embedded storage, auth none, admission on). Every turn is a
+  tool turn: the model's first call asks for ``hello.greet``, the tool runs, its second call streams the answer
+  in 24-character chunks (a ``by_round`` script, so concurrent turns never take each other's responses);
+* **the peer**: FastAPI + SSE (``sse-starlette``) around LangGraph's ``langchain.agents.create_agent`` with an
+  ``AsyncSqliteSaver`` checkpointer — its documented durable single-process setup — and the same instant
+  scripted model, the same one-tool turn and the same answer chunks (``bench/_langgraph_peer.py``); a second
+  peer with ``langgraph.prebuilt.create_react_agent``;
+* **bare**: a FastAPI ``StreamingResponse`` replaying one Berth turn's SSE bytes: what streaming alone costs.
+
+The load generator is :mod:`_loadgen`: raw HTTP/1.1 on one keep-alive connection per simulated user, opened
+before the clock starts (httpx cost more CPU per request than the bare endpoint does, so with it the baseline
+measured the client; and 200 simultaneous connects put the listen backlog, not the server, into the p99).
+Two measurements per arm:
+
+* **throughput** (closed loop): every user runs ``--turns`` turns back to back; turns/s, and the server's own CPU
+  time per turn (``/proc/<pid>/stat`` of the server process, before and after);
 * **latency** (open loop): turns arrive at a fixed rate (``--rate``, 50/s by default: a busy worker, well
-  below saturation), the same for both arms, each taken by an idle user; time from arrival to the
-  first answer delta, p50/p99, and what Berth adds to the bare endpoint's. (At saturation every turn
-  waits behind all the others, so a closed loop measures the queue's length, not the platform.)
+  below saturation), the same for every arm, each taken by an idle user; time from arrival to the first
+  answer delta, p50/p99. (At saturation every turn waits behind all the others, so a closed loop measures the
+  queue's length, not the platform.)
 
-A Berth turn is two requests (``POST …/turns``, then ``GET`` its events); the bare arm is one ``GET``. The
-throughput run also measures Berth with the events in the ``POST``'s response (``Accept: text/event-stream``,
-one request per turn), to show how much of the gap the second request is.
+A Berth turn is two requests (``POST …/turns``, then ``GET`` its events) or one (``Accept: text/event-stream``:
+the events in the ``POST``'s response); the peer's is one ``POST`` streaming its events, so the like-for-like
+ratio is Berth's one-request arm against it. Targets: Berth ≥ 5x the peer's tool turns/s, server CPU ≤ 2 ms per
+tool turn, p99 first delta ≤ 15 ms at 50 turns/s, 0 errors.
 
     .venv/bin/python bench/api_load.py --conversations 200 --turns 2
 """
@@ -43,11 +54,19 @@ import yaml
 from _loadgen import Connection, HttpError, first_answer_delta
 
 ROOT = Path(__file__).resolve().parent.parent
+ANSWER_TEXT = "Berth answers with a streamed reply of moderate length. " * 6
+"""The answer every arm streams (the peer's model streams the same text, in the same chunks)."""
+TOOL_CALL = (
+    "<channel:thinking>greet first</channel:thinking><channel:action>"
+    + json.dumps({"action": "call_tool", "tool_call": {"tool_id": "hello.greet", "params": {"name": "Ann"}}})
+    + "</channel:action>"
+)
 ANSWER = (
     '<channel:thinking>quick</channel:thinking><channel:action>{"action": "complete"}</channel:action>'
-    "<channel:answer>" + "Berth answers with a streamed reply of moderate length. " * 6 + "</channel:answer>"
+    "<channel:answer>" + ANSWER_TEXT + "</channel:answer>"
     '<channel:followups>{"followups": ["more?"]}</channel:followups>'
 )
+PEERS = ("create_agent", "create_react_agent")
 GATEWAY = {
     "auth": {"mode": "none"},
     "limits": {"default": {"requests_per_minute": 6_000_000, "burst": 100_000, "concurrent_turns": 1_000}},
@@ -109,6 +128,17 @@ class Run:
     turns: int = 0
     errors: int = 0
     elapsed_s: float = 0.0
+    server_cpu_s: float = float("nan")
+
+    @property
+    def per_second(self) -> float:
+        """Turns per second."""
+        return self.turns / self.elapsed_s if self.elapsed_s else float("nan")
+
+    @property
+    def cpu_ms_per_turn(self) -> float:
+        """The server process's CPU time per turn, in ms."""
+        return 1000 * self.server_cpu_s / self.turns if self.turns else float("nan")
 
     def row(self) -> list[str]:
         ordered = sorted(self.first_delta_s) or [float("nan")]
@@ -116,11 +146,18 @@ class Run:
         return [
             self.name,
             str(self.turns),
-            f"{self.turns / self.elapsed_s:.1f}" if self.elapsed_s else "-",
+            f"{self.per_second:.1f}",
             f"{statistics.median(ordered) * 1000:.1f}",
             f"{p99 * 1000:.1f}",
+            f"{self.cpu_ms_per_turn:.2f}",
             str(self.errors),
         ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class User:
@@ -148,39 +185,54 @@ class User:
         )
         return await first_answer_delta(self.connection, headers)
 
+    async def peer_turn(self, n: int) -> float | None:
+        """One turn on the LangGraph peer: a POST whose response streams the turn's events."""
+        headers = await self.connection.request(
+            "POST", f"/threads/{self.conversation}/turns", {"message": f"question {n}"}, accept="text/event-stream"
+        )
+        return await first_answer_delta(self.connection, headers)
+
     async def bare_turn(self, n: int) -> float | None:
         """Stream the recorded frames once; return when the first answer delta arrived."""
         return await first_answer_delta(self.connection, await self.connection.request("GET", "/stream"))
 
 
-async def open_users(port: int, count: int, *, berth: bool) -> list[User]:
-    """Connect ``count`` users (and create a conversation each on Berth), before anything is timed."""
+Kind = str
+"""Which server an arm talks to: ``bare``, ``berth``, ``berth-one-request`` or ``peer``."""
+
+
+async def open_users(port: int, count: int, kind: Kind) -> list[User]:
+    """Connect ``count`` users (and start a conversation each, on Berth and the peer), before anything is timed."""
     users = [User(port) for _ in range(count)]
-    for user in users:
+    for index, user in enumerate(users):
         await user.connection.open()
-        if berth:
+        if kind.startswith("berth"):
             headers = await user.connection.request("POST", "/v1/default/default/conversations", {})
             user.conversation = json.loads(await user.connection.body(headers))["id"]
+        elif kind == "peer":
+            user.conversation = f"thread-{os.getpid()}-{port}-{index}-{time.monotonic_ns()}"
     return users
 
 
-async def throughput(
-    name: str, port: int, conversations: int, turns: int, *, berth: bool, one_request: bool = False
-) -> Run:
-    """Closed loop: every user runs ``turns`` turns back to back (``one_request``: events in the POST's response)."""
-    users = await open_users(port, conversations, berth=berth)
-    run = Run(name)
+def turn_of(user: User, kind: Kind, n: int) -> Awaitable[float | None]:
+    """One turn of ``kind`` by ``user``."""
+    if kind == "bare":
+        return user.bare_turn(n)
+    if kind == "peer":
+        return user.peer_turn(n)
+    return user.berth_streamed_turn(n) if kind == "berth-one-request" else user.berth_turn(n)
 
-    def turn(user: User, n: int) -> Awaitable[float | None]:
-        if not berth:
-            return user.bare_turn(n)
-        return user.berth_streamed_turn(n) if one_request else user.berth_turn(n)
+
+async def throughput(name: str, port: int, pid: int, conversations: int, turns: int, kind: Kind) -> Run:
+    """Closed loop: every user runs ``turns`` turns back to back; the server's CPU time is read around it."""
+    users = await open_users(port, conversations, kind)
+    run = Run(name)
 
     async def user_loop(user: User) -> None:
         for n in range(turns):
             started = time.perf_counter()
             try:
-                delay = await turn(user, n)
+                delay = await turn_of(user, kind, n)
             except (HttpError, OSError, asyncio.IncompleteReadError, ValueError):
                 run.errors += 1
                 return
@@ -190,17 +242,19 @@ async def throughput(
             run.first_delta_s.append(delay - started)
             run.turns += 1
 
+    cpu_before = cpu_seconds(pid)
     started = time.perf_counter()
     await asyncio.gather(*(user_loop(user) for user in users))
     run.elapsed_s = time.perf_counter() - started
+    run.server_cpu_s = cpu_seconds(pid) - cpu_before
     for user in users:
         await user.connection.close()
     return run
 
 
-async def latency(name: str, port: int, conversations: int, rate: float, arrivals: int, *, berth: bool) -> Run:
+async def latency(name: str, port: int, pid: int, conversations: int, rate: float, arrivals: int, kind: Kind) -> Run:
     """Open loop: ``arrivals`` turns arrive ``rate`` per second, each taken by an idle user."""
-    users = await open_users(port, conversations, berth=berth)
+    users = await open_users(port, conversations, kind)
     idle: asyncio.Queue[User] = asyncio.Queue()
     for user in users:
         idle.put_nowait(user)
@@ -209,7 +263,7 @@ async def latency(name: str, port: int, conversations: int, rate: float, arrival
     async def one(n: int, arrived: float) -> None:
         user = await idle.get()  # waiting for an idle user counts: it is part of the latency
         try:
-            delay = await (user.berth_turn(n) if berth else user.bare_turn(n))
+            delay = await turn_of(user, kind, n)
         except (HttpError, OSError, asyncio.IncompleteReadError, ValueError):
             run.errors += 1
             return
@@ -221,6 +275,7 @@ async def latency(name: str, port: int, conversations: int, rate: float, arrival
         run.turns += 1
 
     tasks = []
+    cpu_before = cpu_seconds(pid)
     started = time.perf_counter()
     for n in range(arrivals):
         due = started + n / rate
@@ -228,6 +283,7 @@ async def latency(name: str, port: int, conversations: int, rate: float, arrival
         tasks.append(asyncio.create_task(one(n, due)))
     await asyncio.gather(*tasks)
     run.elapsed_s = time.perf_counter() - started
+    run.server_cpu_s = cpu_seconds(pid) - cpu_before
     for user in users:
         await user.connection.close()
     return run
@@ -261,10 +317,25 @@ def p99(run: Run) -> float:
     return percentile(sorted(run.first_delta_s), 0.99) if run.first_delta_s else float("nan")
 
 
-def start_servers(work: Path) -> tuple[subprocess.Popen[bytes], int, subprocess.Popen[bytes], int, int]:
-    """Start Berth and the bare app on free loopback ports; return both processes, ports and frames per turn."""
+@dataclass
+class Server:
+    """One server process under load."""
+
+    name: str
+    kind: Kind
+    process: subprocess.Popen[bytes]
+    port: int
+
+    def stop(self) -> None:
+        """Terminate it and wait."""
+        self.process.terminate()
+        self.process.wait(20)
+
+
+def start_berth(work: Path) -> Server:
+    """``berth run`` on a free port with the scripted tool-turn model and the hello bundle."""
     script = work / "script.yaml"
-    script.write_text(yaml.safe_dump({"chunk_size": 24, "repeat": True, "responses": [ANSWER]}))
+    script.write_text(yaml.safe_dump({"chunk_size": 24, "by_round": True, "responses": [TOOL_CALL, ANSWER]}))
     descriptors = work / "descriptors"
     descriptors.mkdir()
     (descriptors / "assembly.yaml").write_text(
@@ -276,19 +347,50 @@ def start_servers(work: Path) -> tuple[subprocess.Popen[bytes], int, subprocess.
     # Admission stays on, with limits above the offered load: the run measures what checking them costs,
     # not what refusing costs.
     (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
-    berth_port, bare_port = free_port(), free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
-    berth_command = [str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]
-    berth_command += ["--port", str(berth_port), "--var", str(work / "var")]
-    berth = subprocess.Popen(berth_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(f"http://127.0.0.1:{berth_port}/readyz", berth)
-    frames = capture_frames(f"http://127.0.0.1:{berth_port}")
+    command = [str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]
+    command += ["--port", str(port), "--var", str(work / "var")]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(f"http://127.0.0.1:{port}/readyz", process)
+    return Server("berth", "berth", process, port)
+
+
+def start_bare(work: Path, frames: list[str]) -> Server:
+    """The bare ``StreamingResponse`` replaying ``frames``."""
     (work / "frames.txt").write_text("\x1e".join(frames))
     (work / "bare.py").write_text(BARE_APP)
-    bare_command = [sys.executable, str(work / "bare.py"), str(work / "frames.txt"), str(bare_port)]
-    bare = subprocess.Popen(bare_command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(f"http://127.0.0.1:{bare_port}/docs", bare)
-    return berth, berth_port, bare, bare_port, len(frames)
+    port = free_port()
+    command = [sys.executable, str(work / "bare.py"), str(work / "frames.txt"), str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(f"http://127.0.0.1:{port}/docs", process)
+    return Server("bare StreamingResponse", "bare", process, port)
+
+
+def peer_missing() -> str | None:
+    """None when the LangGraph peer can run (the ``bench`` extra), else what is missing."""
+    try:
+        import aiosqlite  # noqa: F401
+        import langchain.agents  # noqa: F401
+        import langgraph.checkpoint.sqlite.aio  # noqa: F401
+        import sse_starlette  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def start_peer(work: Path, builder: str) -> Server:
+    """The LangGraph peer (``bench/_langgraph_peer.py``) with ``builder``, warmed by one turn."""
+    port = free_port()
+    database = str(work / f"{builder}.sqlite")
+    command = [sys.executable, str(ROOT / "bench" / "_langgraph_peer.py"), str(port), database, builder]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_ready(f"http://127.0.0.1:{port}/ready", process)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        warm = client.post("/threads/warm-up/turns", json={"message": "hello"})
+        if "channel.delta" not in warm.text:
+            raise SystemExit(f"the {builder} peer did not stream an answer: {warm.text[:300]}")
+    return Server(f"LangGraph {builder} + AsyncSqliteSaver", "peer", process, port)
 
 
 def main() -> None:
@@ -301,53 +403,72 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.conversations, args.turns, args.arrivals = 10, 1, 20
+    users, turns, rate, arrivals = args.conversations, args.turns, args.rate, args.arrivals
+    missing = peer_missing()
     with tempfile.TemporaryDirectory() as tmp:
-        berth, berth_port, bare, bare_port, frames = start_servers(Path(tmp))
+        work = Path(tmp)
+        servers: list[Server] = []
         try:
-            bare_run = asyncio.run(
-                throughput("bare StreamingResponse", bare_port, args.conversations, args.turns, berth=False)
-            )
-            berth_run = asyncio.run(
-                throughput("berth (scripted model)", berth_port, args.conversations, args.turns, berth=True)
-            )
-            streamed_run = asyncio.run(
-                throughput(
-                    "berth, events in the POST",
-                    berth_port,
-                    args.conversations,
-                    args.turns,
-                    berth=True,
-                    one_request=True,
-                )
-            )
-            rate = args.rate
-            bare_latency = asyncio.run(
-                latency("bare StreamingResponse", bare_port, args.conversations, rate, args.arrivals, berth=False)
-            )
-            berth_latency = asyncio.run(
-                latency("berth (scripted model)", berth_port, args.conversations, rate, args.arrivals, berth=True)
-            )
+            berth = start_berth(work)
+            servers.append(berth)
+            frames = capture_frames(f"http://127.0.0.1:{berth.port}")
+            bare = start_bare(work, frames)
+            servers.append(bare)
+            peers = [] if missing else [start_peer(work, builder) for builder in PEERS]
+            servers.extend(peers)
+            loads = [
+                (bare.name, bare, "bare"),
+                ("berth (two requests)", berth, "berth"),
+                ("berth (events in the POST)", berth, "berth-one-request"),
+                *((peer.name, peer, "peer") for peer in peers),
+            ]
+            rates = [
+                asyncio.run(throughput(name, server.port, server.process.pid, users, turns, kind))
+                for name, server, kind in loads
+            ]
+            delays = [
+                asyncio.run(latency(name, server.port, server.process.pid, users, rate, arrivals, kind))
+                for name, server, kind in loads
+            ]
         finally:
-            for process in (bare, berth):
-                process.terminate()
-                process.wait(20)
+            for server in servers:
+                server.stop()
+    report(args, len(frames), rates, delays, missing)
+
+
+def report(args: argparse.Namespace, frames: int, rates: list[Run], delays: list[Run], missing: str | None) -> None:
+    """Print both tables, the ratios and the targets; exit 1 on any error."""
     print(f"machine: {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}")
-    print(f"one uvicorn worker each side, {frames} SSE frames per turn, load generator: bench/_loadgen.py\n")
-    header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "errors"]
+    print(f"one uvicorn worker each, {frames} SSE frames per Berth turn, load generator: bench/_loadgen.py")
+    print("a turn: one tool call (hello.greet / greet), its result, an answer streamed in 24-character chunks\n")
+    header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "server CPU ms/turn", "errors"]
     print(f"throughput: {args.conversations} users x {args.turns} turns back to back")
-    print_table([header, bare_run.row(), berth_run.row(), streamed_run.row()])
-    ratio = (berth_run.turns / berth_run.elapsed_s) / (bare_run.turns / bare_run.elapsed_s)
-    print(f"berth / bare streams per second: {ratio:.2f} (target >= 0.60)")
-    one_request = (streamed_run.turns / streamed_run.elapsed_s) / (bare_run.turns / bare_run.elapsed_s)
-    print(f"the same with the events in the POST's response (one request per turn): {one_request:.2f}\n")
-    print(f"latency: {args.arrivals} turns arriving at {rate:g}/s over {args.conversations} users")
-    print_table([header, bare_latency.row(), berth_latency.row()])
-    added_p50 = statistics.median(berth_latency.first_delta_s) - statistics.median(bare_latency.first_delta_s)
-    added_p99 = p99(berth_latency) - p99(bare_latency)
-    print(
-        f"added first-delta latency: p50 {1000 * added_p50:.1f} ms, p99 {1000 * added_p99:.1f} ms (target p99 < 50 ms)"
+    print_table([header, *(run.row() for run in rates)])
+    by_name = {run.name: run for run in rates}
+    bare, two, one = (
+        by_name["bare StreamingResponse"],
+        by_name["berth (two requests)"],
+        by_name["berth (events in the POST)"],
     )
-    errors = sum(run.errors for run in (bare_run, berth_run, streamed_run, bare_latency, berth_latency))
+    print(f"berth / bare streams per second: {two.per_second / bare.per_second:.2f} (bare does no turn)")
+    peers = [run for run in rates if run.name.startswith("LangGraph")]
+    if missing:
+        print(f"peer arms skipped: {missing} (install the bench extra: pip install -e .[bench])")
+    for peer in peers:
+        print(
+            f"berth / {peer.name} tool turns per second: {one.per_second / peer.per_second:.2f} "
+            f"(events in the POST; two requests: {two.per_second / peer.per_second:.2f}) (target >= 5)"
+        )
+    print(
+        f"server CPU per tool turn: berth {one.cpu_ms_per_turn:.2f} ms (events in the POST), "
+        f"{two.cpu_ms_per_turn:.2f} ms (two requests) (target <= 2 ms)"
+        + "".join(f"; {peer.name} {peer.cpu_ms_per_turn:.2f} ms" for peer in peers)
+    )
+    print(f"\nlatency: {args.arrivals} turns arriving at {args.rate:g}/s over {args.conversations} users")
+    print_table([header, *(run.row() for run in delays)])
+    berth_latency = next(run for run in delays if run.name == "berth (two requests)")
+    print(f"berth p99 first delta at {args.rate:g} turns/s: {1000 * p99(berth_latency):.1f} ms (target <= 15 ms)")
+    errors = sum(run.errors for run in (*rates, *delays))
     print(f"errors: {errors} (must be 0)")
     if errors:
         raise SystemExit(1)

@@ -27,6 +27,7 @@ Usage: ``python bench/context.py [--turns N] [--rounds N]``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 
 from berth.runtime.announce import AnnounceState
 from berth.runtime.blocks import Block, BlockType
-from berth.runtime.compaction import estimate_tokens
+from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens, estimate_tokens
 from berth.runtime.render import PromptPart, TimelineRenderer, render_timeline
 from berth.runtime.sources import Source, SourcesPool
 from berth.runtime.timeline import Timeline
@@ -148,8 +149,20 @@ class CacheModel:
     cached_tokens: int = 0
     first_round_input: int = 0
     first_round_cached: int = 0
+    sent: set[str] = field(default_factory=set)
+    """Every prefix (at every block boundary) any earlier request sent: what a cache could have held."""
+    uncached: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
+    """The uncached input tokens by cause (see :data:`CAUSES`)."""
 
-    def request(self, parts: Sequence[PromptPart], breakpoints: list[int], now: datetime, *, first_round: bool) -> None:
+    def request(
+        self,
+        parts: Sequence[PromptPart],
+        breakpoints: list[int],
+        now: datetime,
+        *,
+        first_round: bool,
+        after_compaction: bool = False,
+    ) -> None:
         assert len(breakpoints) <= MAX_BREAKPOINTS
         running = hashlib.sha256()
         keys: list[str] = []
@@ -173,13 +186,41 @@ class CacheModel:
         if served is not None:
             hit = tokens[served]
             self.written[keys[served]] = now  # a cache hit refreshes the entry's lifetime
+        self.attribute(keys, tokens, breakpoints, hit, after_compaction=after_compaction)
         for index in breakpoints:
             self.written[keys[index]] = now
+        self.sent.update(keys)
         self.input_tokens += total
         self.cached_tokens += hit
         if first_round:
             self.first_round_input += total
             self.first_round_cached += hit
+
+    def attribute(
+        self, keys: list[str], tokens: list[int], breakpoints: list[int], hit: int, *, after_compaction: bool
+    ) -> None:
+        """Split this request's uncached tokens by cause: after a compaction all of them are the compaction's;
+        otherwise what no earlier request sent is new content, a prefix written at a breakpoint but expired is
+        TTL expiry, and a prefix sent before but not written where this request's breakpoints look is a
+        checkpoint move."""
+        total = tokens[-1] if tokens else 0
+        if after_compaction:
+            self.uncached["compaction"] += total - hit
+            return
+        seen = max((tokens[i] for i, key in enumerate(keys) if key in self.sent), default=0)
+        expired = max(
+            (
+                tokens[candidate]
+                for index in breakpoints
+                for candidate in range(index, max(index - self.lookback, 0) - 1, -1)
+                if keys[candidate] in self.written
+            ),
+            default=0,
+        )
+        reachable = max(hit, min(expired, seen))
+        self.uncached["new content"] += total - max(seen, hit)
+        self.uncached["TTL expiry"] += reachable - hit
+        self.uncached["checkpoint moves"] += max(seen, hit) - reachable
 
     def share(self) -> float:
         """Share of all input tokens served from the cache."""
@@ -195,10 +236,51 @@ class CacheModel:
 
 
 CacheModels = dict[tuple[str, int], CacheModel]
+CAUSES = ("new content", "checkpoint moves", "compaction", "TTL expiry")
+"""Why input tokens were not served from the cache."""
 
 
-def replay(turns: int, rounds: int, strategies: dict[str, Strategy]) -> tuple[CacheModels, int]:
-    """Replay the conversation once, feeding every request to a strict and a look-back cache model per strategy."""
+@dataclass
+class Compaction:
+    """Compaction during a replay, as the loop runs it: before a round whose prompt is over ``threshold`` of
+    ``budget``, the oldest turns become a summary (a deterministic summarizer stands in for the model)."""
+
+    budget: int
+    threshold: float = 0.9
+    count: int = 0
+
+    def over(self, prompt_tokens: int) -> bool:
+        """Whether a prompt this size is compacted first."""
+        return prompt_tokens > self.threshold * self.budget
+
+    def run(self, timeline: Timeline, now: datetime, system: str, pool: SourcesPool, announce: AnnounceState) -> bool:
+        """Compact ``timeline``; whether it was."""
+
+        def estimate(candidate: Timeline) -> int:
+            return estimate_prompt_tokens(render_timeline(candidate, system=system, sources=pool, announce=announce))
+
+        async def summarize(request: SummaryRequest) -> str:
+            return words(len(request.turn_ids) * 31 + self.count, min(request.max_tokens // 3, 400))
+
+        outcome = asyncio.run(
+            compact_timeline(
+                timeline,
+                summarizer=summarize,
+                context_budget_tokens=self.budget,
+                now=now,
+                threshold=self.threshold,
+                estimate=estimate,
+            )
+        )
+        self.count += outcome.applied
+        return outcome.applied
+
+
+def replay(
+    turns: int, rounds: int, strategies: dict[str, Strategy], compaction: Compaction | None = None
+) -> tuple[CacheModels, int]:
+    """Replay the conversation once, feeding every request to a strict and a look-back cache model per strategy
+    (compacting as the loop does when ``compaction`` is given)."""
     models = {(name, lookback): CacheModel(lookback) for name in strategies for lookback in (0, LOOKBACK_BLOCKS)}
     timeline = Timeline()
     renderer = TimelineRenderer()
@@ -217,9 +299,15 @@ def replay(turns: int, rounds: int, strategies: dict[str, Strategy]) -> tuple[Ca
                 user_timezone="Europe/Berlin",
             )
             prompt = renderer.render(timeline, system=SYSTEM, sources=pool, announce=announce)
+            compacted = False
+            if compaction is not None and compaction.over(estimate_prompt_tokens(prompt)):
+                compacted = compaction.run(timeline, now, SYSTEM, pool, announce)
+                prompt = renderer.render(timeline, system=SYSTEM, sources=pool, announce=announce)
             parts = prompt.parts()
             for (name, _), model in models.items():
-                model.request(parts, strategies[name](parts), now, first_round=round_number == 1)
+                model.request(
+                    parts, strategies[name](parts), now, first_round=round_number == 1, after_compaction=compacted
+                )
             requests += 1
             now += timedelta(seconds=20)
             seed = turn * 100 + round_number
@@ -270,14 +358,25 @@ def render_times(size: int, rounds: int = 30) -> tuple[float, float]:
     return incremental, cold
 
 
+def print_causes(model: CacheModel, label: str) -> None:
+    """The uncached input tokens by cause, with each cause's share of all input."""
+    uncached = model.input_tokens - model.cached_tokens
+    print(f"# uncached input tokens by cause ({label}): {uncached:,} in all")
+    for cause in CAUSES:
+        tokens = model.uncached[cause]
+        print(f"  {cause:<18} {tokens:>11,}  {tokens / model.input_tokens:>6.2%} of input")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--compaction-turns", type=int, default=120, help="turns of the run with compaction")
+    parser.add_argument("--budget", type=int, default=60_000, help="context budget (tokens) of that run")
     parser.add_argument("--quick", action="store_true", help="4 turns x 2 rounds: a smoke test of the script")
     options = parser.parse_args()
     if options.quick:
-        options.turns, options.rounds = 4, 2
+        options.turns, options.rounds, options.compaction_turns, options.budget = 4, 2, 12, 6_000
 
     strategies: dict[str, Strategy] = {
         "berth checkpoints": berth_checkpoints,
@@ -301,6 +400,21 @@ def main() -> None:
         f"ratio (strict): berth sends {uncached['last message only'] / max(uncached['berth checkpoints'], 1):.1f}x "
         "fewer uncached tokens than 'last message only'"
     )
+    print_causes(models["berth checkpoints", 0], "berth checkpoints, strict")
+    print()
+    compaction = Compaction(budget=options.budget)
+    turns = options.compaction_turns
+    models, requests = replay(turns, options.rounds, {"berth checkpoints": berth_checkpoints}, compaction)
+    strict, lookback = models["berth checkpoints", 0], models["berth checkpoints", LOOKBACK_BLOCKS]
+    print(
+        f"# with compaction: {turns} turns x {options.rounds} tool rounds, {requests} requests, context budget "
+        f"{options.budget:,} tokens (compaction over {compaction.threshold:.0%}): {compaction.count} compactions"
+    )
+    print(
+        f"berth checkpoints: {strict.share():.1%} of {strict.input_tokens:,} input tokens cached (strict), "
+        f"{lookback.share():.1%} (look-back {LOOKBACK_BLOCKS}) (target >= 98% with >= 2 compactions)"
+    )
+    print_causes(strict, "berth checkpoints with compaction, strict")
     print()
     print("# render time per round (ms)")
     print(f"{'blocks':>8} {'incremental':>12} {'cold render':>12} {'speed-up':>9}")

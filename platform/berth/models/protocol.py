@@ -50,8 +50,9 @@ class ModelRequest(BaseModel):
     """One call to a model: the rendered prompt and the sampling limits for this round.
 
     ``max_output_tokens`` None means the model reference's ``max_output_tokens``, else
-    :data:`DEFAULT_MAX_OUTPUT_TOKENS`. ``metadata`` is for correlation (tenant, conversation, turn);
-    a provider forwards only what its API defines (Anthropic's ``metadata.user_id`` from ``user_id``).
+    :data:`DEFAULT_MAX_OUTPUT_TOKENS`. ``metadata`` is for correlation: the runtime sets ``user_id``,
+    ``turn_id`` and ``round`` (the model call's 1-based number within its turn); a provider forwards only what
+    its API defines (Anthropic's ``metadata.user_id`` from ``user_id``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -355,11 +355,13 @@ class TurnRunner:
                 last_request_at = self._clock()
                 try:
                     try:
-                        result, completed = await self._call_model(provider, model_ref, prompt, state, emit)
+                        result, completed = await self._call_model(provider, model_ref, prompt, state, emit, iteration)
                     except ModelContextOverflow:
                         if not await self._compact(state, react, emit, force=True, estimate=estimate):
                             raise
-                        result, completed = await self._call_model(provider, model_ref, render(), state, emit)
+                        result, completed = await self._call_model(
+                            provider, model_ref, render(), state, emit, iteration
+                        )
                 except ModelError as exc:
                     error = {"code": f"model_{exc.code}", "message": str(exc.message)}
                     return await finish(
@@ -395,7 +397,13 @@ class TurnRunner:
     # -- a round ---------------------------------------------------------------------------------
 
     async def _call_model(
-        self, provider: ModelProvider, model_ref: ModelRef, prompt: RenderedPrompt, state: TurnState, emit: EventSink
+        self,
+        provider: ModelProvider,
+        model_ref: ModelRef,
+        prompt: RenderedPrompt,
+        state: TurnState,
+        emit: EventSink,
+        round_: int,
     ) -> tuple[Any, ModelCompleted]:
         lookup = citation_lookup(state.sources)
 
@@ -421,7 +429,8 @@ class TurnRunner:
 
         stream = ChannelStream(DECISION_CHANNELS, sources=lookup, emit=forward)
         completed: ModelCompleted | None = None
-        request = ModelRequest(prompt=prompt, metadata={"user_id": state.scope.user_id})
+        metadata = {"user_id": state.scope.user_id, "turn_id": state.turn_id, "round": str(round_)}
+        request = ModelRequest(prompt=prompt, metadata=metadata)
         async for event in provider.stream(request):
             if isinstance(event, TextDelta):
                 await stream.feed(event.text)

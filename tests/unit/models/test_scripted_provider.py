@@ -166,3 +166,23 @@ def test_a_bad_script_names_the_file_and_the_problem(tmp_path: Path, content: st
 def test_a_missing_script_file_is_a_script_error(tmp_path: Path) -> None:
     with pytest.raises(ModelProviderError, match="cannot be read"):
         scripted.load_script(tmp_path / "absent.yaml")
+
+
+async def test_a_by_round_script_answers_each_turns_rounds_in_order_however_turns_interleave(
+    request_: ModelRequest, tmp_path: Path
+) -> None:
+    script = tmp_path / "per-turn.yaml"
+    script.write_text("by_round: true\nresponses: [call the tool, the answer]\n")
+    provider = ScriptedProvider.from_file(script)
+
+    def at(turn: str, round_: int) -> ModelRequest:
+        return request_.model_copy(update={"metadata": {"turn_id": turn, "round": str(round_)}})
+
+    async def text(request: ModelRequest) -> str:
+        return "".join([e.text async for e in provider.stream(request) if isinstance(e, TextDelta)])
+
+    answers = [await text(at(turn, round_)) for turn, round_ in (("a", 1), ("b", 1), ("b", 2), ("a", 2), ("c", 1))]
+    assert answers == ["call the tool", "call the tool", "the answer", "the answer", "call the tool"]
+    with pytest.raises(ModelProviderError) as caught:
+        await text(at("a", 3))
+    assert caught.value.code == "script_exhausted" and "round 3" in caught.value.message

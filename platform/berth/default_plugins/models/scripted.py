@@ -11,7 +11,10 @@ response text, or a mapping::
     - error: {code: rate_limited, message: "try later"}                 # raised instead of answering
 
 Each call consumes the next entry and streams its text in chunks of ``chunk_size`` characters (small by
-default, to exercise the streaming path). Every request is recorded in :attr:`ScriptedProvider.requests`.
+default, to exercise the streaming path). With ``repeat: true`` the script starts over when it runs out; with
+``by_round: true`` every turn replays it from the first entry, the turn's n-th model call getting the n-th
+entry (the runtime puts the round in the request's metadata), so concurrent turns get the same answers.
+Every request is recorded in :attr:`ScriptedProvider.requests`.
 When the script runs out the call fails with ``script_exhausted``: a scripted model never invents an answer.
 Usage not given in the script is estimated at four characters a token.
 
@@ -55,11 +58,13 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "PROVIDER_NAME",
     "ScriptEntry",
+    "ScriptFile",
     "ScriptedError",
     "ScriptedProvider",
     "create_scripted_provider",
     "estimate_tokens",
     "load_script",
+    "read_script",
 ]
 
 PROVIDER_NAME: Final = "scripted"
@@ -111,15 +116,24 @@ class ScriptEntry(BaseModel):
         return self
 
 
-class _ScriptFile(BaseModel):
+class ScriptFile(BaseModel):
+    """A script file's contents: its responses and how they are served."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, ge=1)
     repeat: bool = False
+    by_round: bool = Field(
+        False,
+        description=(
+            "every turn replays the responses from the first: a turn's n-th model call gets the n-th response "
+            "(from the request's 'round' metadata), so concurrent turns never take each other's responses"
+        ),
+    )
     responses: list[str | ScriptEntry]
 
 
-_SCRIPT: Final = TypeAdapter(list[str | ScriptEntry] | _ScriptFile)
+_SCRIPT: Final = TypeAdapter(list[str | ScriptEntry] | ScriptFile)
 
 
 def _entries(items: Iterable[str | ScriptEntry]) -> list[ScriptEntry]:
@@ -128,6 +142,15 @@ def _entries(items: Iterable[str | ScriptEntry]) -> list[ScriptEntry]:
 
 def load_script(path: Path) -> tuple[list[ScriptEntry], int, bool]:
     """Read a YAML or JSON script; return its entries, chunk size and whether it repeats.
+
+    :raises ModelProviderError: ``script_invalid``, naming the file and what is wrong.
+    """
+    script = read_script(path)
+    return _entries(script.responses), script.chunk_size, script.repeat
+
+
+def read_script(path: Path) -> ScriptFile:
+    """Read a YAML or JSON script: a list of responses, or a mapping with ``responses`` and options.
 
     :raises ModelProviderError: ``script_invalid``, naming the file and what is wrong.
     """
@@ -144,9 +167,9 @@ def load_script(path: Path) -> tuple[list[ScriptEntry], int, bool]:
             else str(exc)
         )
         raise ModelProviderError("script_invalid", f"script {path} is not a valid script: {detail}") from None
-    if isinstance(parsed, _ScriptFile):
-        return _entries(parsed.responses), parsed.chunk_size, parsed.repeat
-    return _entries(parsed), DEFAULT_CHUNK_SIZE, False
+    if isinstance(parsed, ScriptFile):
+        return parsed
+    return ScriptFile(responses=parsed)
 
 
 REQUESTS_KEPT = 100
@@ -168,6 +191,7 @@ class ScriptedProvider:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         name: str = "script",
         repeat: bool = False,
+        by_round: bool = False,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -176,6 +200,7 @@ class ScriptedProvider:
         self._name = name
         self._next = 0
         self._repeat = repeat
+        self._by_round = by_round
         self._calls = 0
         self.requests: list[ModelRequest] = []
         """The requests received, in order (including those answered with a scripted error): every one of
@@ -185,8 +210,14 @@ class ScriptedProvider:
     @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
         """Load a YAML or JSON script (see :func:`load_script`)."""
-        entries, chunk_size, repeat = load_script(path)
-        return cls(entries, chunk_size=chunk_size, name=str(path), repeat=repeat)
+        script = read_script(path)
+        return cls(
+            _entries(script.responses),
+            chunk_size=script.chunk_size,
+            name=str(path),
+            repeat=script.repeat,
+            by_round=script.by_round,
+        )
 
     @property
     def remaining(self) -> int:
@@ -208,16 +239,7 @@ class ScriptedProvider:
         self.requests.append(request)
         if len(self.requests) > 2 * REQUESTS_KEPT:
             del self.requests[:-REQUESTS_KEPT]
-        if self._repeat and self._entries and self._next >= len(self._entries):
-            self._next = 0  # a demo script starts over
-        if self._next >= len(self._entries):
-            raise ModelProviderError(
-                "script_exhausted",
-                f"{self._name} has no response left for call {self._calls} "
-                f"({len(self._entries)} scripted); add responses to the script",
-            )
-        entry = self._entries[self._next]
-        self._next += 1
+        entry = self._next_entry(request)
         if entry.delay_s:
             await asyncio.sleep(entry.delay_s)
         if entry.error is not None:
@@ -230,6 +252,29 @@ class ScriptedProvider:
             output_tokens=estimate_tokens(text),
         )
         yield ModelCompleted(stop_reason=entry.stop_reason, usage=usage)
+
+    def _next_entry(self, request: ModelRequest) -> ScriptEntry:
+        if self._by_round:
+            round_ = request.metadata.get("round", "")
+            index = int(round_) - 1 if round_.isdigit() else -1
+            if not 0 <= index < len(self._entries):
+                raise ModelProviderError(
+                    "script_exhausted",
+                    f"{self._name} has no response for round {round_ or '?'} of a turn "
+                    f"({len(self._entries)} scripted per turn); add responses to the script",
+                )
+            return self._entries[index]
+        if self._repeat and self._entries and self._next >= len(self._entries):
+            self._next = 0  # a demo script starts over
+        if self._next >= len(self._entries):
+            raise ModelProviderError(
+                "script_exhausted",
+                f"{self._name} has no response left for call {self._calls} "
+                f"({len(self._entries)} scripted); add responses to the script",
+            )
+        entry = self._entries[self._next]
+        self._next += 1
+        return entry
 
     async def aclose(self) -> None:
         """Nothing to release; present for the protocol's lifecycle."""
