@@ -21,7 +21,15 @@ first request of each turn, and rounds 2+) for Berth's checkpoints, for a breakp
 message only, for one breakpoint before SOURCES POOL/ANNOUNCE, and for no caching; then the render time
 per round at 10, 100 and 1,000 blocks for the incremental renderer against a cold render of the same
 timeline. Tokens are estimated at four characters each.
-Usage: ``python bench/context.py [--turns N] [--rounds N]``.
+
+It also replays the conversation with compaction, as the loop runs it (before a round whose prompt is over 90%
+of ``--budget``, the oldest turns become a summary; a deterministic summarizer stands in for the model), and
+prints for both runs the uncached input tokens by cause: **new content** (no earlier request sent that prefix;
+of it, SOURCES POOL and ANNOUNCE, which the renderer rebuilds after the last checkpoint every round),
+**checkpoint moves** (the prefix was sent before but not written where this request's breakpoints look),
+**compaction** (the first request after a compaction, whose prefix is new), **TTL expiry** (written, but more
+than 5 minutes ago).
+Usage: ``python bench/context.py [--turns N] [--rounds N] [--compaction-turns N] [--budget TOKENS]``.
 """
 
 from __future__ import annotations
@@ -153,6 +161,8 @@ class CacheModel:
     """Every prefix (at every block boundary) any earlier request sent: what a cache could have held."""
     uncached: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
     """The uncached input tokens by cause (see :data:`CAUSES`)."""
+    volatile_tokens: int = 0
+    """Of the new content: SOURCES POOL and ANNOUNCE, rebuilt after the last checkpoint every round."""
 
     def request(
         self,
@@ -187,6 +197,10 @@ class CacheModel:
             hit = tokens[served]
             self.written[keys[served]] = now  # a cache hit refreshes the entry's lifetime
         self.attribute(keys, tokens, breakpoints, hit, after_compaction=after_compaction)
+        if not after_compaction:
+            self.volatile_tokens += sum(
+                estimate_tokens(part.text) for part in parts if part.section in ("sources", "announce")
+            )
         for index in breakpoints:
             self.written[keys[index]] = now
         self.sent.update(keys)
@@ -365,14 +379,19 @@ def print_causes(model: CacheModel, label: str) -> None:
     for cause in CAUSES:
         tokens = model.uncached[cause]
         print(f"  {cause:<18} {tokens:>11,}  {tokens / model.input_tokens:>6.2%} of input")
+        if cause == "new content":
+            volatile = model.volatile_tokens
+            print(
+                f"    of which SOURCES POOL + ANNOUNCE {volatile:>11,}  {volatile / model.input_tokens:>6.2%} of input"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--compaction-turns", type=int, default=120, help="turns of the run with compaction")
-    parser.add_argument("--budget", type=int, default=60_000, help="context budget (tokens) of that run")
+    parser.add_argument("--compaction-turns", type=int, default=40, help="turns of the run with compaction")
+    parser.add_argument("--budget", type=int, default=120_000, help="context budget (tokens) of that run")
     parser.add_argument("--quick", action="store_true", help="4 turns x 2 rounds: a smoke test of the script")
     options = parser.parse_args()
     if options.quick:

@@ -13,11 +13,13 @@ from collections.abc import AsyncIterator
 from berth.runtime.events import TurnEvent
 
 HEARTBEAT = b": ping\n\n"
+_DATA_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+"""One encoder for every frame (``json.dumps`` with options builds a new one per call)."""
 
 
 def encode_frame(event_id: str, event: TurnEvent) -> bytes:
     """One SSE frame: ``id``, ``event`` and one JSON ``data`` line."""
-    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"), default=str)
+    data = _DATA_ENCODER.encode(event.data)
     return f"id: {event_id}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
