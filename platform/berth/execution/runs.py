@@ -17,10 +17,11 @@ import shutil
 import stat
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from berth.execution.envelope import ExecArtifact, ExecEnvelope, ExecError
 from berth.execution.limits import ExecLimits, limit_from_outcome
@@ -202,6 +203,19 @@ def remote_supervisor_environment(
     return payload_environment(payload, documents)
 
 
+@contextmanager
+def regular_file(path: str) -> Iterator[BinaryIO | None]:
+    """``path`` open for reading if it is a regular file; None for a link (never followed), a folder, a FIFO
+    or a device, or when it cannot be opened. What the program left in ``out/`` is read only this way."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        yield None
+        return
+    with os.fdopen(descriptor, "rb") as handle:
+        yield handle if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else None
+
+
 def collect_outputs(out: Path) -> tuple[OutputFile, ...]:
     """The regular files under ``out/`` (symlinks and special files skipped, never followed), within the caps."""
     found: list[OutputFile] = []
@@ -210,12 +224,8 @@ def collect_outputs(out: Path) -> tuple[OutputFile, ...]:
         dirs[:] = sorted(d for d in dirs if d != PROGRAMS_FOLDER and not os.path.islink(os.path.join(inner, d)))
         for name in sorted(files):
             path = os.path.join(inner, name)
-            try:
-                descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            with os.fdopen(descriptor, "rb") as handle:
-                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            with regular_file(path) as handle:
+                if handle is None:
                     continue
                 data = handle.read(MAX_OUTPUT_BYTES - total + 1)
             if total + len(data) > MAX_OUTPUT_BYTES or len(found) >= MAX_OUTPUT_FILES:

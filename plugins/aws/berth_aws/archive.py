@@ -9,12 +9,13 @@ a size and count budget, so a hostile archive cannot write outside its destinati
 from __future__ import annotations
 
 import os
-import stat
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
+
+from berth.execution.runs import regular_file
 
 CHUNK: Final = 1024 * 1024
 
@@ -38,12 +39,8 @@ def pack(target: Path, folders: Mapping[str, Path]) -> int:
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for top, folder in folders.items():
             for relative, path in regular_files(folder):
-                try:
-                    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                except OSError:
-                    continue
-                with os.fdopen(descriptor, "rb") as source:
-                    if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                with regular_file(path) as source:
+                    if source is None:
                         continue
                     with archive.open(f"{top}/{relative}", "w", force_zip64=True) as sink:
                         while chunk := source.read(CHUNK):
