@@ -29,7 +29,7 @@ of it, SOURCES POOL and ANNOUNCE, which the renderer rebuilds after the last che
 **checkpoint moves** (the prefix was sent before but not written where this request's breakpoints look),
 **compaction** (the first request after a compaction, whose prefix is new), **TTL expiry** (written, but more
 than 5 minutes ago).
-Usage: ``python bench/context.py [--turns N] [--rounds N] [--compaction-turns N] [--budget TOKENS]``.
+Usage: ``python bench/context.py [--turns N] [--rounds N] [--compaction-turns N] [--budget TOKENS ...]``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from berth.runtime.announce import AnnounceState
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens, estimate_tokens
 from berth.runtime.render import PromptPart, TimelineRenderer, render_timeline
-from berth.runtime.sources import Source, SourcesPool
+from berth.runtime.sources import Source, SourceRow, SourcesPool, source_line
 from berth.runtime.timeline import Timeline
 
 CACHE_TTL = timedelta(minutes=5)
@@ -77,7 +77,18 @@ def head_blocks(turn_id: str, at: datetime, seed: int) -> list[Block]:
     ]
 
 
-def round_blocks(turn_id: str, call_id: str, at: datetime, seed: int) -> list[Block]:
+def round_blocks(turn_id: str, call_id: str, at: datetime, seed: int, sources: Sequence[SourceRow] = ()) -> list[Block]:
+    """One tool round; a result that brought ``sources`` lists them as the runtime's tool results do."""
+    listing = (
+        "".join(
+            [
+                f"\nsources: {', '.join(f'[[S:{row.sid}]]' for row in sources)}",
+                *(f"\n{source_line(r)}" for r in sources),
+            ]
+        )
+        if sources
+        else ""
+    )
     return [
         block(
             BlockType.REACT_NOTES,
@@ -101,7 +112,7 @@ def round_blocks(turn_id: str, call_id: str, at: datetime, seed: int) -> list[Bl
             f"tc:{turn_id}.{call_id}.result",
             turn_id,
             at,
-            text=words(seed, 150 + (seed % 5) * 60),
+            text=words(seed, 150 + (seed % 5) * 60) + listing,
             author="tool",
         ),
     ]
@@ -326,8 +337,10 @@ def replay(
             now += timedelta(seconds=20)
             seed = turn * 100 + round_number
             if round_number <= rounds:
-                timeline.contribute(*round_blocks(turn_id, f"c{round_number}", now, seed))
-                pool = pool.merge([Source(url=f"https://example.org/{turn}/{round_number}", title=words(seed, 6))]).pool
+                merge = pool.merge([Source(url=f"https://example.org/{turn}/{round_number}", title=words(seed, 6))])
+                pool = merge.pool
+                rows = [row for sid in merge.sids if (row := pool.get(sid)) is not None]
+                timeline.contribute(*round_blocks(turn_id, f"c{round_number}", now, seed, rows))
             else:
                 timeline.contribute(*final_blocks(turn_id, now, seed))
         now += timedelta(seconds=90)  # the user reads the answer and asks again
@@ -390,12 +403,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--compaction-turns", type=int, default=40, help="turns of the run with compaction")
-    parser.add_argument("--budget", type=int, default=120_000, help="context budget (tokens) of that run")
+    parser.add_argument("--compaction-turns", type=int, default=60, help="turns of the runs with compaction")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        nargs="+",
+        default=[120_000, 150_000, 200_000],
+        help="context budgets (tokens) of the runs with compaction (150,000 is the default budget)",
+    )
     parser.add_argument("--quick", action="store_true", help="4 turns x 2 rounds: a smoke test of the script")
     options = parser.parse_args()
     if options.quick:
-        options.turns, options.rounds, options.compaction_turns, options.budget = 4, 2, 12, 6_000
+        options.turns, options.rounds, options.compaction_turns, options.budget = 4, 2, 12, [6_000]
 
     strategies: dict[str, Strategy] = {
         "berth checkpoints": berth_checkpoints,
@@ -421,19 +440,26 @@ def main() -> None:
     )
     print_causes(models["berth checkpoints", 0], "berth checkpoints, strict")
     print()
-    compaction = Compaction(budget=options.budget)
     turns = options.compaction_turns
-    models, requests = replay(turns, options.rounds, {"berth checkpoints": berth_checkpoints}, compaction)
-    strict, lookback = models["berth checkpoints", 0], models["berth checkpoints", LOOKBACK_BLOCKS]
     print(
-        f"# with compaction: {turns} turns x {options.rounds} tool rounds, {requests} requests, context budget "
-        f"{options.budget:,} tokens (compaction over {compaction.threshold:.0%}): {compaction.count} compactions"
+        f"# with compaction: {turns} turns x {options.rounds} tool rounds, compacting over 90% of the context "
+        "budget; berth checkpoints, strict (look-back 20 in brackets); uncached input by cause"
     )
     print(
-        f"berth checkpoints: {strict.share():.1%} of {strict.input_tokens:,} input tokens cached (strict), "
-        f"{lookback.share():.1%} (look-back {LOOKBACK_BLOCKS}) (target >= 98% with >= 2 compactions)"
+        f"{'budget':>9} {'compactions':>12} {'cached':>16} {'new content':>12} {'of it pool':>11} "
+        f"{'moves':>7} {'compaction':>11} {'TTL':>6}"
     )
-    print_causes(strict, "berth checkpoints with compaction, strict")
+    for budget in options.budget:
+        compaction = Compaction(budget=budget)
+        models, _ = replay(turns, options.rounds, {"berth checkpoints": berth_checkpoints}, compaction)
+        strict, lookback = models["berth checkpoints", 0], models["berth checkpoints", LOOKBACK_BLOCKS]
+        share = {cause: tokens / strict.input_tokens for cause, tokens in strict.uncached.items()}
+        print(
+            f"{budget:>9,} {compaction.count:>12} {strict.share():>8.1%} ({lookback.share():.1%}) "
+            f"{share['new content']:>12.2%} {strict.volatile_tokens / strict.input_tokens:>11.2%} "
+            f"{share['checkpoint moves']:>7.2%} {share['compaction']:>11.2%} {share['TTL expiry']:>6.2%}"
+        )
+    print("target: >= 98% cached through >= 2 compactions")
     print()
     print("# render time per round (ms)")
     print(f"{'blocks':>8} {'incremental':>12} {'cold render':>12} {'speed-up':>9}")

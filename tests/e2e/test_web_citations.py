@@ -166,3 +166,19 @@ async def test_web_search_without_a_backend_is_listed_inactive(
         assert "web.search: no search backend configured" in first.section_text("announce")
         assert "## web.fetch (read-only)" in first.section_text("system")
         assert [n["code"] for n in harness.of_type("notice")] == ["tool_inactive"]
+
+
+async def test_a_fetched_page_is_listed_where_it_arrived_and_not_again_in_the_next_turns_pool(
+    tmp_path: Path, site: PageServer, reader_bundle: dict[str, object]
+) -> None:
+    url = f"{site.origin}/articles/tides"
+    async with turn_harness(tmp_path, reader_bundle, tool_packs=berth_tool_packs()) as harness:
+        await harness.turn("reader", "High tide?", script=[action("web.fetch", url=url), complete("At 09:41 [[S:1]].")])
+        await harness.turn("reader", "And low tide?", script=[complete("At 16:05 [[S:1]].")])
+        fetched_round = harness.model.requests[1].prompt
+        assert f"[S:1] {PAGE_TITLE} — {url}" in fetched_round.section_text("current_turn")
+        next_turn = harness.model.requests[2].prompt
+        assert f"[S:1] {PAGE_TITLE} — {url}" in next_turn.section_text("history")  # cached with the history
+        assert PAGE_TITLE not in next_turn.section_text("sources")
+        assert "1 more source is listed in the earlier turns' tool results above." in next_turn.section_text("sources")
+        assert "[Tide tables of the Wadden Sea](" in harness.streamed()  # still cited and rendered as a link

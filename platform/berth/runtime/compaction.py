@@ -28,6 +28,7 @@ from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.paths import RangeSummaryPath
 from berth.runtime.render import BLOCK_SEPARATOR, RenderedPrompt, render_block, visible_start
+from berth.runtime.sources import SOURCE_LINE
 from berth.runtime.timeline import Timeline, TurnLayout
 
 __all__ = [
@@ -219,7 +220,7 @@ def _dropped_paths(blocks: Sequence[Block], chosen: _Range) -> list[str]:
     return list(seen)
 
 
-def _summary_text(summary: str, covered: Sequence[str], dropped: Sequence[str]) -> str:
+def _summary_text(summary: str, covered: Sequence[str], dropped: Sequence[str], sources: Sequence[str]) -> str:
     listed = dropped[:MAX_LISTED_PATHS]
     more = len(dropped) - len(listed)
     lines = [
@@ -230,7 +231,24 @@ def _summary_text(summary: str, covered: Sequence[str], dropped: Sequence[str]) 
     ]
     if more > 0:
         lines.append(f"(and {more} more; react.memsearch finds them by topic, turn or time)")
+    if sources:
+        lines += ["Sources of these turns (cite as [[S:n]]):", *sources]
     return "\n".join(lines)
+
+
+def _source_lines(blocks: Sequence[Block], chosen: _Range) -> list[str]:
+    """The source rows the compacted turns (and the summary they continue) list, one per SID, by SID: the
+    summary keeps them in the cached history, so the SOURCES POOL rebuilt every round need not."""
+    texts = [chosen.previous.text or ""] if chosen.previous is not None else []
+    texts += [block.text or "" for layout in chosen.turns for block in blocks[layout.start : layout.end]]
+    rows: dict[int, str] = {}
+    for text in texts:
+        if "[S:" in text:
+            for line in text.splitlines():
+                found = SOURCE_LINE.match(line)
+                if found is not None:
+                    rows.setdefault(int(found.group(1)), line)
+    return [rows[sid] for sid in sorted(rows)]
 
 
 def _covered_turn_ids(chosen: _Range) -> tuple[str, ...]:
@@ -248,7 +266,7 @@ def _summary_block(summary: str, chosen: _Range, blocks: Sequence[Block], now: d
         turn_id=last_turn,
         ts=now,
         author="runtime",
-        text=_summary_text(summary, covered, dropped),
+        text=_summary_text(summary, covered, dropped, _source_lines(blocks, chosen)),
         meta={"covered_turn_ids": list(covered), "dropped_paths": list(dropped)},
     )
 

@@ -31,7 +31,7 @@ from berth.runtime.caching import (
     plan_checkpoints,
 )
 from berth.runtime.pruning import PRUNING_NOTICE, render_pruned_turn
-from berth.runtime.sources import SourcesPool
+from berth.runtime.sources import SourcesPool, listed_sids
 from berth.runtime.timeline import Round, Timeline, TurnLayout
 
 __all__ = [
@@ -185,6 +185,20 @@ class _Segments:
     """The summed length of the parts' texts."""
     current_first: int = 0
     """The index of the current turn's first part."""
+    listed: frozenset[int] = frozenset()
+    """The SIDs whose rows ``parts[:listed_upto]`` list (see :meth:`history_listed`)."""
+    listed_upto: int = 0
+
+    def history_listed(self) -> frozenset[int]:
+        """The SIDs whose rows the history parts list (tool results show the rows they brought); kept as the
+        history grows, so a round pays only for the parts added since."""
+        if self.listed_upto > self.current_first:
+            self.listed, self.listed_upto = frozenset(), 0
+        if self.listed_upto < self.current_first:
+            more = [listed_sids(part.text) for part in self.parts[self.listed_upto : self.current_first]]
+            self.listed = self.listed.union(*more)
+            self.listed_upto = self.current_first
+        return self.listed
 
     def made_from(self, timeline: Timeline, start: int, pruned_turns: frozenset[str]) -> bool:
         """Whether these parts were made from ``timeline`` as it is now (only appended to since)."""
@@ -208,6 +222,7 @@ class _Segments:
             self.last_start,
             self.characters - sum(len(part.text) for part in self.parts[keep:]),
             min(self.current_first, keep),
+            *((self.listed, self.listed_upto) if keep >= self.listed_upto else ()),
         )
 
     def add(self, end: int, part: PromptPart) -> None:
@@ -386,7 +401,8 @@ class TimelineRenderer:
             checkpoints = tuple(placed)
         else:
             checkpoints = ()
-        parts.append(self._sources_part(sources.rendered(snippet_chars=source_snippet_chars)))
+        listed = segments.history_listed() if layouts else frozenset()
+        parts.append(self._sources_part(sources.rendered(snippet_chars=source_snippet_chars, listed_above=listed)))
         parts.append(PromptPart(section="announce", text=render_announce(announce, timeline.announced)))
 
         assert 1 + len(checkpoints) <= MAX_CACHE_BREAKPOINTS  # the system message's and the placed ones

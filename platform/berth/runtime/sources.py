@@ -9,6 +9,7 @@ Only http(s) rows are citable.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -156,6 +157,7 @@ class SourcesPool(BaseModel):
     _by_sid: dict[int, SourceRow] = PrivateAttr(default_factory=dict)
     _citations: Mapping[int, CitationSource] | None = PrivateAttr(default=None)
     _rendered: tuple[int, str] | None = PrivateAttr(default=None)
+    _rendered_without: tuple[int, frozenset[int], str] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _index(self) -> Self:
@@ -223,9 +225,22 @@ class SourcesPool(BaseModel):
             )
         return lookup
 
-    def rendered(self, *, snippet_chars: int = 160) -> str:
-        """Return :func:`render_sources_pool` of the rows, rendered once per pool and snippet size."""
+    def rendered(self, *, snippet_chars: int = 160, listed_above: frozenset[int] = frozenset()) -> str:
+        """Return :func:`render_sources_pool` of the rows, rendered once per pool and snippet size.
+
+        ``listed_above``: SIDs the prompt already lists before the last cache checkpoint (in earlier turns'
+        tool results); they are left out, so the section rebuilt every round holds only the rest.
+        """
         private = self._private()
+        if listed_above:
+            known = listed_above.intersection(private["_by_sid"])
+            if known:
+                without: tuple[int, frozenset[int], str] | None = private["_rendered_without"]
+                if without is None or without[0] != snippet_chars or without[1] != known:
+                    rows = tuple(row for row in self.rows if row.sid not in known)
+                    text = render_sources_pool(rows, snippet_chars=snippet_chars, listed_above=len(known))
+                    without = private["_rendered_without"] = (snippet_chars, known, text)
+                return without[2]
         rendered: tuple[int, str] | None = private["_rendered"]
         if rendered is None or rendered[0] != snippet_chars:
             rendered = private["_rendered"] = (
@@ -267,22 +282,40 @@ def _one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)].rstrip() + "…"
 
 
-def render_sources_pool(rows: Sequence[SourceRow], *, snippet_chars: int = 160) -> str:
+def source_line(row: SourceRow) -> str:
+    """One row as every listing shows it: ``[S:n] title — url``, marked when it is not citable."""
+    title = _one_line(row.title, 120) or "(untitled)"
+    where = row.url or row.physical_path or ""
+    mark = "" if row.citable else f" (not citable: {row.source_type})"
+    return f"[S:{row.sid}]{mark} {title} — {where}"
+
+
+SOURCE_LINE = re.compile(r"^\[S:(\d+)\]", re.MULTILINE)
+"""Finds the rows a rendered text lists with :func:`source_line` (a tool result lists what it brought)."""
+
+
+def listed_sids(text: str) -> frozenset[int]:
+    """The SIDs of the :func:`source_line` rows in ``text``."""
+    return frozenset(int(sid) for sid in SOURCE_LINE.findall(text)) if "[S:" in text else frozenset()
+
+
+def render_sources_pool(rows: Sequence[SourceRow], *, snippet_chars: int = 160, listed_above: int = 0) -> str:
     """Render the compact SOURCES POOL section: one line per row plus a short snippet.
 
     Non-citable rows are marked so the model uses them for reading and rendering, never as evidence.
+    ``listed_above``: how many more rows the earlier turns' tool results list where they arrived.
     """
     lines = [
         "[SOURCES POOL]",
         'Cite web sources as [[S:n]]; read a row in full with react.read(["so:sources_pool[n]"]).',
     ]
-    if not rows:
+    if listed_above:
+        more = "1 more source is" if listed_above == 1 else f"{listed_above} more sources are"
+        lines.append(f"({more} listed in the earlier turns' tool results above.)")
+    if not rows and not listed_above:
         lines.append("(no sources yet)")
     for row in rows:
-        title = _one_line(row.title, 120) or "(untitled)"
-        where = row.url or row.physical_path or ""
-        mark = "" if row.citable else f" (not citable: {row.source_type})"
-        lines.append(f"[S:{row.sid}]{mark} {title} — {where}")
+        lines.append(source_line(row))
         if row.text and snippet_chars > 0:
             lines.append(f"    {_one_line(row.text, snippet_chars)}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from berth.runtime.blocks import Block, BlockType
 from berth.runtime.events import EventSink, TurnEvent
 from berth.runtime.paths import ToolCallPath
 from berth.runtime.protocol import Action, Decision, ProtocolNotice
-from berth.runtime.sources import Source
+from berth.runtime.sources import Source, source_line
 from berth.runtime.toolbox import ToolBox, ToolNotice
 from berth.runtime.turn import TurnState
 from berth.tools.results import ToolOutput
@@ -159,6 +159,10 @@ async def execute_tool_call(
         )
     if sids:
         shown += "\nsources: " + ", ".join(f"[[S:{sid}]]" for sid in sids)
+        # each row once, where it arrived: from the next turn on this is cached history, and the SOURCES POOL
+        # rebuilt every round leaves it out
+        rows = (state.sources.get(sid) for sid in dict.fromkeys(sids))
+        shown += "".join(f"\n{source_line(row)}" for row in rows if row is not None)
     ok = not output.is_error
     blocks.append(
         Block(
