@@ -28,7 +28,7 @@ from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.paths import RangeSummaryPath
 from berth.runtime.render import BLOCK_SEPARATOR, RenderedPrompt, render_block, visible_start
-from berth.runtime.sources import SOURCE_LINE
+from berth.runtime.sources import SOURCE_LINE, trailing_listing
 from berth.runtime.timeline import Timeline, TurnLayout
 
 __all__ = [
@@ -220,6 +220,9 @@ def _dropped_paths(blocks: Sequence[Block], chosen: _Range) -> list[str]:
     return list(seen)
 
 
+SOURCES_HEADING: Final = "Sources of these turns (cite as [[S:n]]):"
+
+
 def _summary_text(summary: str, covered: Sequence[str], dropped: Sequence[str], sources: Sequence[str]) -> str:
     listed = dropped[:MAX_LISTED_PATHS]
     more = len(dropped) - len(listed)
@@ -232,7 +235,7 @@ def _summary_text(summary: str, covered: Sequence[str], dropped: Sequence[str], 
     if more > 0:
         lines.append(f"(and {more} more; react.memsearch finds them by topic, turn or time)")
     if sources:
-        lines += ["Sources of these turns (cite as [[S:n]]):", *sources]
+        lines += [SOURCES_HEADING, *sources]
     return "\n".join(lines)
 
 
@@ -242,12 +245,13 @@ def _source_lines(blocks: Sequence[Block], chosen: _Range) -> list[str]:
     texts = [chosen.previous.text or ""] if chosen.previous is not None else []
     texts += [block.text or "" for layout in chosen.turns for block in blocks[layout.start : layout.end]]
     rows: dict[int, str] = {}
-    for text in texts:
-        if "[S:" in text:
-            for line in text.splitlines():
-                found = SOURCE_LINE.match(line)
-                if found is not None:
-                    rows.setdefault(int(found.group(1)), line)
+    for index, text in enumerate(texts):
+        # the previous summary's own section, and each tool result's trailing listing (never a page's text)
+        lines = text.partition(SOURCES_HEADING)[2].splitlines() if index == 0 and chosen.previous else None
+        for line in lines if lines is not None else trailing_listing(text):
+            found = SOURCE_LINE.fullmatch(line)
+            if found is not None:
+                rows.setdefault(int(found.group(1)), line)
     return [rows[sid] for sid in sorted(rows)]
 
 

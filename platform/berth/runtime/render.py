@@ -31,7 +31,7 @@ from berth.runtime.caching import (
     plan_checkpoints,
 )
 from berth.runtime.pruning import PRUNING_NOTICE, render_pruned_turn
-from berth.runtime.sources import SourcesPool, listed_sids
+from berth.runtime.sources import SourcesPool, listed_rows
 from berth.runtime.timeline import Round, Timeline, TurnLayout
 
 __all__ = [
@@ -185,17 +185,17 @@ class _Segments:
     """The summed length of the parts' texts."""
     current_first: int = 0
     """The index of the current turn's first part."""
-    listed: frozenset[int] = frozenset()
-    """The SIDs whose rows ``parts[:listed_upto]`` list (see :meth:`history_listed`)."""
+    listed: frozenset[str] = frozenset()
+    """The source row lines ``parts[:listed_upto]`` hold (see :meth:`history_listed`)."""
     listed_upto: int = 0
 
-    def history_listed(self) -> frozenset[int]:
-        """The SIDs whose rows the history parts list (tool results show the rows they brought); kept as the
+    def history_listed(self) -> frozenset[str]:
+        """The source row lines the history parts hold (tool results list the rows they brought); kept as the
         history grows, so a round pays only for the parts added since."""
         if self.listed_upto > self.current_first:
             self.listed, self.listed_upto = frozenset(), 0
         if self.listed_upto < self.current_first:
-            more = [listed_sids(part.text) for part in self.parts[self.listed_upto : self.current_first]]
+            more = [listed_rows(part.text) for part in self.parts[self.listed_upto : self.current_first]]
             self.listed = self.listed.union(*more)
             self.listed_upto = self.current_first
         return self.listed

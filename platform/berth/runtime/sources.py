@@ -158,6 +158,7 @@ class SourcesPool(BaseModel):
     _citations: Mapping[int, CitationSource] | None = PrivateAttr(default=None)
     _rendered: tuple[int, str] | None = PrivateAttr(default=None)
     _rendered_without: tuple[int, frozenset[int], str] | None = PrivateAttr(default=None)
+    _lines: dict[int, str] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _index(self) -> Self:
@@ -225,15 +226,19 @@ class SourcesPool(BaseModel):
             )
         return lookup
 
-    def rendered(self, *, snippet_chars: int = 160, listed_above: frozenset[int] = frozenset()) -> str:
+    def rendered(self, *, snippet_chars: int = 160, listed_above: frozenset[str] = frozenset()) -> str:
         """Return :func:`render_sources_pool` of the rows, rendered once per pool and snippet size.
 
-        ``listed_above``: SIDs the prompt already lists before the last cache checkpoint (in earlier turns'
-        tool results); they are left out, so the section rebuilt every round holds only the rest.
+        ``listed_above``: row lines (:func:`listed_rows`) the prompt already has before the last cache checkpoint
+        (earlier turns' tool results, a compaction summary); rows whose own line is among them are left out, so
+        the section rebuilt every round holds only the rest.
         """
         private = self._private()
         if listed_above:
-            known = listed_above.intersection(private["_by_sid"])
+            lines: dict[int, str] | None = private["_lines"]
+            if lines is None:
+                lines = private["_lines"] = {row.sid: source_line(row) for row in self.rows}
+            known = frozenset(sid for sid, line in lines.items() if line in listed_above)
             if known:
                 without: tuple[int, frozenset[int], str] | None = private["_rendered_without"]
                 if without is None or without[0] != snippet_chars or without[1] != known:
@@ -290,13 +295,27 @@ def source_line(row: SourceRow) -> str:
     return f"[S:{row.sid}]{mark} {title} — {where}"
 
 
-SOURCE_LINE = re.compile(r"^\[S:(\d+)\]", re.MULTILINE)
-"""Finds the rows a rendered text lists with :func:`source_line` (a tool result lists what it brought)."""
+SOURCE_LINE = re.compile(r"^\[S:(\d+)\].*$", re.MULTILINE)
+"""Finds the lines a rendered text lists rows with (:func:`source_line`; a tool result lists what it brought)."""
 
 
-def listed_sids(text: str) -> frozenset[int]:
-    """The SIDs of the :func:`source_line` rows in ``text``."""
-    return frozenset(int(sid) for sid in SOURCE_LINE.findall(text)) if "[S:" in text else frozenset()
+SOURCES_MARKER = "\nsources: [[S:"
+"""How a tool result's own listing of the sources it brought begins (after the result's text)."""
+
+
+def trailing_listing(text: str) -> list[str]:
+    """The row lines of the listing a tool result ends with (after its last ``sources: [[S:…]]`` line): the
+    runtime writes it after the result's text, so lines a fetched page merely contains are not taken."""
+    at = text.rfind(SOURCES_MARKER)
+    if at < 0:
+        return []
+    return [line for line in text[at + 1 :].splitlines()[1:] if SOURCE_LINE.fullmatch(line)]
+
+
+def listed_rows(text: str) -> frozenset[str]:
+    """The lines of ``text`` that look like :func:`source_line` rows. Only a line equal to a pool row's own line
+    counts as listing it (:meth:`SourcesPool.rendered`), so a fetched page's text cannot hide a row."""
+    return frozenset(found.group(0) for found in SOURCE_LINE.finditer(text)) if "[S:" in text else frozenset()
 
 
 def render_sources_pool(rows: Sequence[SourceRow], *, snippet_chars: int = 160, listed_above: int = 0) -> str:
