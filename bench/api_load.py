@@ -338,9 +338,10 @@ def start_berth(work: Path) -> Server:
     script.write_text(yaml.safe_dump({"chunk_size": 24, "by_round": True, "responses": [TOOL_CALL, ANSWER]}))
     descriptors = work / "descriptors"
     descriptors.mkdir()
-    (descriptors / "assembly.yaml").write_text(
-        yaml.safe_dump({"platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}}})
-    )
+    # Titles off: the peers title nothing, and a title is one more model call per new conversation.
+    model = {"provider": "scripted", "model": str(script)}
+    settings = {"models": {"default": model}, "react": {"conversation_titles": False}}
+    (descriptors / "assembly.yaml").write_text(yaml.safe_dump({"platform": settings}))
     (descriptors / "bundles.yaml").write_text(
         yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
     )

@@ -19,7 +19,7 @@ from berth.api.errors import install_error_handlers
 from berth.api.header_limit import HeaderLimitMiddleware
 from berth.api.heap import HeapGovernor
 from berth.api.mcp_server import McpEndpoint
-from berth.api.routes import admin, bundles, conversations, ops
+from berth.api.routes import admin, bundles, conversations, ops, usage
 from berth.api.safe_paths import SafeStaticFiles
 from berth.api.security_headers import SecurityHeadersMiddleware
 from berth.api.services import HostServices
@@ -90,7 +90,7 @@ def create_app(
     app = FastAPI(title="Berth", version=__version__, lifespan=lifespan)
     app.state.services = host
     install_error_handlers(app)
-    for router in (ops.router, conversations.router, bundles.router, admin.router):
+    for router in (ops.router, conversations.router, bundles.router, admin.router, usage.router):
         app.include_router(router)
     app.mount("/static", SafeStaticFiles(directory=STATIC), name="static")
     app.router.routes.append(mcp_endpoint.route())

@@ -26,6 +26,9 @@ class ConversationOut(BaseModel):
 
     id: str
     title: str | None
+    title_source: Literal["user", "summary", "message"] | None = Field(
+        None, description="who set the title: the user, the summarizer, or the first message (provisional)"
+    )
     bundle: str | None
     created_at: datetime
     updated_at: datetime
@@ -52,6 +55,29 @@ class TurnStarted(BaseModel):
 
     turn_id: str
     events_url: str
+
+
+class LiveEventIn(Strict):
+    """``POST …/turns/{turn_id}/events`` as JSON (or multipart, ``kind`` and ``message`` fields, to attach files)."""
+
+    kind: Literal["followup", "steer"]
+    message: str = Field(min_length=1, max_length=100_000)
+
+
+class LiveEventAccepted(BaseModel):
+    """Where a live event went: into the running turn (``path`` records it), or it started the next turn."""
+
+    turn_id: str = Field(description="the turn that takes the event: the running one, or the one it started")
+    kind: Literal["followup", "steer"]
+    started_turn: bool = Field(description="true when no turn was running and the event started this one")
+    path: str | None = Field(None, description="the logical path of the event's block in the running turn")
+    events_url: str
+
+
+class ConversationPatch(Strict):
+    """``PATCH /conversations/{id}``: what the user may change."""
+
+    title: str = Field(min_length=1, max_length=200)
 
 
 class FeedbackIn(Strict):
@@ -146,3 +172,41 @@ class Readiness(BaseModel):
 
     ready: bool
     checks: dict[str, Any]
+
+
+class UsageRow(BaseModel):
+    """Usage summed over a group of model calls (or over the whole period: the report's ``total``).
+
+    ``cost_usd`` sums the calls whose model has a price in ``platform.models.prices``; it is null when none
+    has, and ``unpriced_calls`` counts the calls left out of it (their cost is unknown, not zero).
+    """
+
+    calls: int
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    total_tokens: int = Field(description="input + output + cache read + cache write: what token budgets count")
+    cost_usd: float | None
+    unpriced_calls: int
+
+
+class UsageGroup(UsageRow):
+    """One group of a usage report: a user id, a bundle id, a UTC day (``YYYY-MM-DD``) or a model label."""
+
+    key: str
+
+
+class UsageReportOut(BaseModel):
+    """``GET /v1/{tenant}/{project}/usage``: the period's usage per group, and the total."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    tenant: str
+    project: str
+    from_: datetime = Field(alias="from", serialization_alias="from")
+    to: datetime
+    group_by: Literal["user", "bundle", "day", "model"]
+    groups: list[UsageGroup]
+    total: UsageRow

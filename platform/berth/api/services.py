@@ -15,6 +15,7 @@ from berth.api.admission import Admission, TurnAdmission
 from berth.api.errors import ApiError, not_found
 from berth.api.metrics import Metrics
 from berth.api.sse import TurnEventLog
+from berth.api.titling import ConversationTitler
 from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import EmbedderConfig
 from berth.config.models.bundles import BundleExec
@@ -30,13 +31,15 @@ from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
 from berth.host.runtime import HostRuntime
 from berth.logs import bound
-from berth.runtime.blocks import BlockType
+from berth.runtime.blocks import BlockType, format_utc
 from berth.runtime.events import TurnEvent
-from berth.runtime.loop import TurnInput, TurnRunner, record_block
+from berth.runtime.live import LiveEvent, LiveInbox, LiveInboxClosedError, ReceivedEvent
+from berth.runtime.loop import ModelResolver, TurnInput, TurnRunner, record_block
 from berth.runtime.memory import Embedder, MemorySearch
 from berth.runtime.persistence import block_record
 from berth.storage.conversations import StorageError
 from berth.storage.scope import ConversationScope
+from berth.usage import TurnUsageMeter, UsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,30 @@ class RunningTurn:
     task: asyncio.Task[Any] | None = None
     """The turn's task while it runs; dropped when it ends (a finished turn keeps only what replays its events)."""
     started: float = field(default_factory=time.monotonic)
+    inbox: LiveInbox = field(init=False)
+    """The follow-ups and steers sent to the turn while it runs."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the turn has ended (committed, or failed before it began): the conversation takes a next turn."""
+
+    def __post_init__(self) -> None:
+        self.inbox = LiveInbox(self.turn_id)
+
+
+def events_url(scope: ConversationScope, turn_id: str) -> str:
+    """Where a turn's events stream (relative to the API's root)."""
+    return f"/v1/{scope.tenant}/{scope.project}/conversations/{scope.conversation_id}/turns/{turn_id}/events"
+
+
+def live_event_data(received: ReceivedEvent) -> dict[str, Any]:
+    """The client event of a live event: its kind, message, logical path, files and time."""
+    block = received.block
+    return {
+        "kind": received.event.kind,
+        "message": received.event.message,
+        "path": block.path,
+        "attachments": [{"name": b.meta.get("name"), "path": b.path} for b in received.blocks[1:]],
+        "ts": format_utc(block.ts),
+    }
 
 
 class HostServices:
@@ -76,6 +103,7 @@ class HostServices:
         self.turns: dict[str, RunningTurn] = {}
         self._busy: dict[tuple[str, str, str, str], str] = {}
         self._admitting: set[str] = set()
+        self.titler: ConversationTitler | None = None
         # Embedded mode counts in this process. Distributed mode (not served by the API yet: it needs the
         # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
         self.admission = Admission(lambda: self.config.descriptors.gateway, MemoryCounters(), self.metrics)
@@ -87,6 +115,8 @@ class HostServices:
         self.store: SqliteConversationStore | None = None
         self.memory_index: SqliteMemoryIndex | None = None
         self.meta: SqliteMetaStore | None = None
+        self.usage: UsageLedger | None = None
+        """Prices, counts and stores every model call; holds the budgets (after :meth:`start`)."""
         self.models: ModelPool | None = None
         self.initial_config: Configuration | None = None
         self.started = False
@@ -145,12 +175,27 @@ class HostServices:
             )
         self.meta = SqliteMetaStore(root)
         await self.meta.open()
+        self.usage = UsageLedger(
+            self.meta,
+            budgets=lambda: self.config.descriptors.gateway.budgets,
+            models=lambda tenant, project: self.config.settings_for(tenant, project).models,
+        )
+        # budgets count from what the current month's stored calls of each declared project spent
+        await self.usage.load(self.config.descriptors.assembly.scopes())
         self.models = ModelPool(self.config, self.plugins.model_providers())
+        self.titler = ConversationTitler(
+            self.meta,
+            self.models_for,
+            enabled=lambda tenant, project: self.config.settings_for(tenant, project).react.conversation_titles,
+            usage=self.usage,
+        )
         self._check_embedders()
         self.started = True
 
     async def stop(self) -> None:
-        """Cancel running turns, close storage and providers, unload bundles."""
+        """Cancel running turns and titles, close storage and providers, unload bundles."""
+        if self.titler is not None:
+            await self.titler.aclose()
         tasks = [t.task for t in self.turns.values() if t.task is not None and not t.task.done()]
         if tasks:  # turns that already answered only finish their bookkeeping: let them, then cancel the rest
             _, still_running = await asyncio.wait(tasks, timeout=2)
@@ -218,6 +263,7 @@ class HostServices:
             raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used")
         # fail now (404/503) when the bundle cannot serve this scope; the turn pins its generation when it runs
         self.registry.context_for(self.registry.current(bundle_id), scope.tenant, scope.project)
+        meter = self._metered(scope, turn_id, bundle_id)  # 429 when a budget of the scope is used up
         runner = self.runner_for(scope.tenant, scope.project)
         self._busy[key] = turn_id  # claimed while admission is decided (it may await shared counters)
         self._admitting.add(turn_id)
@@ -244,6 +290,10 @@ class HostServices:
                 # committed: the conversation takes its next turn, and the tenant the next one, from here on
                 self._busy.pop(key, None)
                 await admitted.release()
+                await self._settle_usage(meter)  # stored before the client hears the turn ended
+                running.inbox.close()
+                event = await self._hand_on_unseen(running, event)
+                running.ended.set()
             await running.log.append(event)
 
         async def run() -> None:
@@ -268,24 +318,34 @@ class HostServices:
                     return
                 await run_turn()
 
+        titled = False
+
         async def run_turn() -> None:
+            nonlocal titled
             try:
                 async with self.registry.use(bundle_id) as pinned:
                     request = TurnInput(
+                        inbox=running.inbox,
                         scope=scope,
                         turn_id=turn_id,
                         message=message,
                         attachments=attachments,
                         user_timezone=user_timezone,
+                        meter=meter,
                     )
                     context = self.registry.context_for(pinned, scope.tenant, scope.project)
                     result = await runner.run(pinned, context, request, emit)
                     self.metrics.observe_result(result, scope.tenant)
                 assert self.meta is not None
                 await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
+                titler = self.titler
+                if result.outcome in ("completed", "exited") and titler and await titler.should_title(scope):
+                    titler.start(running, message, result.answer)  # it closes the turn's event log when done
+                    titled = True
             except Exception as exc:
                 log.exception("turn %s failed", turn_id)
                 await self._end_unstarted(scope, turn_id, "failed")  # when it failed before it began
+                await self._settle_usage(meter)
                 await running.log.append(
                     TurnEvent(
                         "turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"}
@@ -293,12 +353,91 @@ class HostServices:
                 )
             finally:
                 self._busy.pop(key, None)
-                await running.log.close()
+                running.inbox.close()
+                running.ended.set()
+                if not titled:
+                    await running.log.close()
                 self._forget_old_turns()
 
         running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
         running.task.add_done_callback(lambda _: self._turn_ended(running, admitted))
         return running
+
+    def models_for(self, scope: ConversationScope) -> ModelResolver:
+        """The model resolver of a scope: role (None = default) → (model reference, provider)."""
+        assert self.models is not None
+        resolver: ModelResolver = self.models.resolver(self.config.settings_for(scope.tenant, scope.project))
+        return resolver
+
+    async def _hand_on_unseen(self, running: RunningTurn, ended: TurnEvent) -> TurnEvent:
+        """Start the next turn with the live events the ending turn took too late to see; say so in ``ended``.
+
+        They arrived while the final round ran, so its answer does not account for them. A cancelled turn
+        hands nothing on (the user asked it to stop). Its ``next_turn`` names the new turn, or why none started.
+        """
+        unseen = running.inbox.unseen
+        if not unseen or ended.data.get("code") == "cancelled":
+            return ended
+        message = "\n\n".join(received.event.message for received in unseen)
+        files = tuple(file for received in unseen for file in received.event.attachments)
+        try:
+            following = await self.start_turn(running.scope, running.bundle_id, message, attachments=files)
+        except ApiError as refused:
+            log.warning("the live events that came too late for turn %s start no turn: %s", running.turn_id, refused)
+            next_turn: dict[str, Any] = {"error": {"code": refused.code, "message": refused.message}}
+        else:
+            next_turn = {"turn_id": following.turn_id, "events_url": events_url(running.scope, following.turn_id)}
+        return TurnEvent(ended.type, {**ended.data, "next_turn": next_turn})
+
+    def running_turn(self, scope: ConversationScope) -> RunningTurn | None:
+        """The turn of the conversation ``scope`` names that runs (or waits for a slot) in this process now."""
+        turn_id = self._busy.get((scope.tenant, scope.project, scope.user_id, scope.conversation_id))
+        running = self.turns.get(turn_id) if turn_id is not None else None
+        return running if running is not None and running.scope == scope else None
+
+    async def deliver_live_event(
+        self, scope: ConversationScope, turn_id: str, event: LiveEvent, *, bundle_id: str
+    ) -> tuple[RunningTurn, ReceivedEvent | None]:
+        """Send a follow-up or steer to turn ``turn_id``; return the turn that took it and how.
+
+        The event goes to the conversation's running turn (the one named, or a newer one that runs now):
+        the returned :class:`ReceivedEvent` says where it is recorded. When no turn runs — the named one
+        has ended — it starts the next turn (with ``bundle_id``, the ended turn's bundle when this process
+        ran it) and the returned event is None. A turn id this conversation never had is a 404.
+        """
+        addressed = self.turns.get(turn_id)
+        if addressed is None or addressed.scope != scope:
+            addressed = None
+            await self._known_turn(scope, turn_id)
+        bundle_id = addressed.bundle_id if addressed is not None else bundle_id
+        for _ in range(5):  # each pass either delivers, starts a turn, or waits for a turn that is ending
+            current = self.running_turn(scope)
+            if current is not None:
+                try:
+                    received = await current.inbox.deliver(event)
+                except LiveInboxClosedError:
+                    await current.ended.wait()
+                    continue
+                kind: Literal["user.followup", "user.steer"] = (
+                    "user.steer" if event.kind == "steer" else "user.followup"
+                )
+                await current.log.append(TurnEvent(kind, live_event_data(received)))
+                return current, received
+            try:
+                started = await self.start_turn(scope, bundle_id, event.message, attachments=event.attachments)
+            except ApiError as refused:
+                if refused.code == "turn_in_progress":  # another event started one just now: deliver to it
+                    continue
+                raise
+            return started, None
+        raise ApiError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
+
+    async def _known_turn(self, scope: ConversationScope, turn_id: str) -> None:
+        """404 unless the conversation ``scope`` names has a turn ``turn_id`` in the store."""
+        assert self.store is not None
+        snapshot = await self.store.conversation(scope).load()
+        if not any(turn.turn_id == turn_id for turn in snapshot.turns):
+            raise not_found(f"turn {turn_id}")
 
     async def _accept(self, scope: ConversationScope, turn_id: str, message: str) -> None:
         """Store the turn as ``accepted``, with the user's message, before the client hears of it (202): if this
@@ -312,6 +451,28 @@ class HostServices:
             if error.code == "turn_exists":
                 raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used in this conversation") from None
             raise
+
+    def _metered(self, scope: ConversationScope, turn_id: str, bundle_id: str) -> TurnUsageMeter:
+        """The usage meter of a turn about to start; 429 ``budget_exceeded`` (with ``Retry-After`` until the
+        budget resets) when a budget of its tenant, project or user is used up."""
+        if self.usage is None:
+            raise ApiError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
+        exhausted = self.usage.exhausted(scope)
+        if exhausted is not None:
+            self.metrics.admission_rejections.labels(tenant=scope.tenant, reason="budget").inc()
+            raise ApiError(
+                429,
+                "budget_exceeded",
+                exhausted.message(during_turn=False),
+                details=exhausted.details(),
+                headers={"Retry-After": str(exhausted.retry_after_s)},
+            )
+        return self.usage.meter(scope, turn_id, bundle_id)
+
+    async def _settle_usage(self, meter: TurnUsageMeter) -> None:
+        """Store the turn's model calls (once; a failure is logged by the ledger, never raised)."""
+        if self.usage is not None:
+            await self.usage.settle(meter)
 
     async def _end_unstarted(
         self, scope: ConversationScope, turn_id: str, state: Literal["cancelled", "failed"]

@@ -13,6 +13,7 @@ from berth.cli.errors import run_guarded
 from berth.cli.execution import exec_group
 from berth.cli.plugins import plugins_group
 from berth.cli.serve import chat, run
+from berth.cli.usage import usage_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,6 +29,7 @@ cli.add_command(exec_group)
 cli.add_command(worker)
 cli.add_command(run)
 cli.add_command(chat)
+cli.add_command(usage_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -15,10 +13,9 @@ import click
 import httpx
 
 from berth.api.app import build_services, create_app
-from berth.api.errors import ApiError
 from berth.api.services import HostServices, new_id
-from berth.api.sse import TurnEventLog
 from berth.cli.bundles import DESCRIPTORS_OPTION
+from berth.cli.chat_session import ChatBackend, HttpChat, InProcessChat, converse, refusal_text
 from berth.config import ConfigError, Configuration
 from berth.config.environment import host_environment
 from berth.config.models.gateway import is_loopback_host
@@ -102,54 +99,33 @@ def run(
     )
 
 
-async def _print_events(lines: AsyncIterator[str]) -> None:
-    """Print a turn's SSE lines: the answer as it streams, tool calls, notices, follow-ups, failures."""
-    event = ""
-    async for line in lines:
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            data = json.loads(line[6:])
-            if event == "channel.delta" and data.get("marker") == "answer":
-                click.echo(data["text"], nl=False)
-            elif event == "tool.call":
-                click.secho(f"  · {data['tool_id']}", fg="cyan", err=True)
-            elif event == "notice":  # as the web UI shows them: a quiet line (a queued turn says so here)
-                click.secho(f"  ! {data.get('message')}", dim=True, err=True)
-            elif event == "turn.completed":
-                click.echo()
-                for followup in data.get("followups") or []:
-                    click.secho(f"  → {followup}", fg="green")
-                return
-            elif event == "turn.failed":
-                click.secho(f"\nturn failed [{data.get('code')}]: {data.get('message')}", fg="red", err=True)
-                return
+async def _feed_lines(given: tuple[str, ...], lines: asyncio.Queue[str | None]) -> None:
+    """Put the ``-m`` messages in ``lines``, else what is typed until end of input (then None).
+
+    Typed lines are read on a thread, so the user can type while an answer streams: such a line goes to the
+    running turn as a follow-up (``/steer …``: a steer).
+    """
+    for text in given:  # echoed as each starts its turn
+        await lines.put(text)
+    if not given:
+        click.secho("(type while an answer streams to add a follow-up; '/steer …' changes its direction)", dim=True)
+        while True:
+            try:
+                text = await asyncio.to_thread(input, "> ")
+            except EOFError:
+                break
+            if text.strip():
+                await lines.put(text)
+    await lines.put(None)
 
 
-async def _messages(given: tuple[str, ...]) -> AsyncIterator[str]:
-    """The ``-m`` messages, or lines typed at the prompt until end of input."""
-    for text in given:
-        click.secho(f"> {text}", fg="yellow")
-        yield text
-    if given:
-        return
-    while True:
-        try:
-            text = await asyncio.to_thread(input, "> ")
-        except EOFError:
-            return
-        if text.strip():
-            yield text
-
-
-def _refusal(status: int, body: bytes) -> str:
-    """What the host's JSON error says (``message (code)``, and when to retry), or the raw status."""
+async def _converse(backend: ChatBackend, given: tuple[str, ...]) -> None:
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+    feeding = asyncio.create_task(_feed_lines(given, lines))
     try:
-        error = json.loads(body)["error"]
-        text = f"{error['message']} ({error['code']})"
-    except (ValueError, KeyError, TypeError):
-        text = f"HTTP {status}"
-    return text
+        await converse(backend, lines, live=not given)
+    finally:
+        feeding.cancel()
 
 
 async def _chat_over_http(
@@ -160,18 +136,9 @@ async def _chat_over_http(
         prefix = f"/v1/{tenant}/{project}"
         created = await client.post(f"{prefix}/conversations", json={"bundle": bundle} if bundle else {})
         if created.status_code != 201:
-            raise click.ClickException(f"cannot start a conversation: {_refusal(created.status_code, created.content)}")
-        turns = f"{prefix}/conversations/{created.json()['id']}/turns"
-        async for text in _messages(message):
-            # one request per turn: the events come in the response
-            async with client.stream(
-                "POST", turns, json={"message": text}, headers={"Accept": "text/event-stream"}, timeout=None
-            ) as response:
-                if response.status_code != 200:
-                    refusal = _refusal(response.status_code, await response.aread())
-                    click.secho(f"refused: {refusal}", fg="red", err=True)
-                    continue
-                await _print_events(response.aiter_lines())
+            refused = refusal_text(created.status_code, created.content)
+            raise click.ClickException(f"cannot start a conversation: {refused}")
+        await _converse(HttpChat(client, prefix, created.json()["id"]), message)
 
 
 async def _chat_in_process(
@@ -187,21 +154,7 @@ async def _chat_in_process(
         scope = ConversationScope(tenant=tenant, project=project, user_id="local", conversation_id=new_id("c"))
         assert services.meta is not None
         await services.meta.create_conversation(ConversationMeta(scope, None, chosen, now, now))
-        async for text in _messages(message):
-            try:
-                running = await services.start_turn(scope, chosen, text)
-            except ApiError as refused:
-                click.secho(f"refused: {refused.message} ({refused.code})", fg="red", err=True)
-                continue
-
-            async def lines(log: TurnEventLog = running.log) -> AsyncIterator[str]:
-                async for frame in log.frames():
-                    for line in frame.decode().splitlines():
-                        yield line
-
-            await _print_events(lines())
-            if running.task is not None:
-                await running.task  # its bookkeeping (memory index, title) ends before the next turn or exit
+        await _converse(InProcessChat(services, scope, chosen), message)
     finally:
         await services.stop()
 

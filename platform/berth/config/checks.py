@@ -27,6 +27,7 @@ def cross_file_problems(descriptors: DescriptorSet, secret_providers: Iterable[s
         *_bundle_scope_problems(descriptors),
         *_bundle_secret_problems(descriptors),
         *_gateway_problems(descriptors),
+        *_budget_problems(descriptors),
         *_secret_ref_problems(descriptors),
         *_secret_source_problems(descriptors, providers),
         *_effective_settings_problems(descriptors),
@@ -164,6 +165,51 @@ def _gateway_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]
         reason = _scope_problem(descriptors, tenant)
         if reason:
             yield _problem(descriptors, GATEWAY, ("limits", "tenants", tenant), reason)
+
+
+def _budget_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    """A budget's scope must be declared; a cost budget needs a price for every model its scope may call."""
+    assembly = descriptors.document(ASSEMBLY)
+    seen: dict[tuple[str, bool, str], int] = {}
+    for index, budget in enumerate(descriptors.gateway.budgets):
+        base = ("budgets", index)
+        same = (budget.scope, budget.per_user, budget.period)
+        if same in seen:
+            yield _problem(
+                descriptors,
+                GATEWAY,
+                base,
+                f"repeats budgets[{seen[same]}] (scope '{budget.scope}', per_user {str(budget.per_user).lower()}, "
+                f"period '{budget.period}'); give both limits in one entry",
+            )
+        seen.setdefault(same, index)
+        reason = _scope_problem(descriptors, budget.scope)
+        if reason:
+            yield _problem(descriptors, GATEWAY, (*base, "scope"), reason)
+            continue
+        if budget.cost_usd is None:
+            continue
+        tenant, project = budget.tenant, budget.project
+        projects: list[str | None] = [project] if project else [*sorted(descriptors.assembly.tenants[tenant].projects)]
+        projects = projects or [None]
+        unpriced: dict[str, str] = {}  # model label -> a scope that uses it
+        for each in projects:
+            try:
+                models = resolve_platform_settings(assembly, tenant, each).models
+            except DescriptorError:
+                continue  # reported by the effective settings check
+            for ref in (models.default, *models.roles.values()):
+                if models.price_of(ref.label) is None:
+                    unpriced.setdefault(ref.label, f"{tenant}/{each}" if each else tenant)
+        if unpriced:
+            listed = ", ".join(f"'{label}' ({where})" for label, where in sorted(unpriced.items()))
+            yield _problem(
+                descriptors,
+                GATEWAY,
+                (*base, "cost_usd"),
+                f"a cost budget needs a price for every model its scope may call; platform.models.prices of "
+                f"assembly.yaml has none for {listed}",
+            )
 
 
 def _strings(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:

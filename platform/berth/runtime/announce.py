@@ -33,6 +33,8 @@ class AnnounceState(BaseModel):
     current_plan_id: str | None = None
     notices: tuple[str, ...] = ()
     inactive_tools: tuple[str, ...] = ()
+    live_events: tuple[str, ...] = ()
+    """The follow-ups and steers the user sent during this turn, one line each (new ones marked NEW)."""
 
     @field_validator("user_timezone")
     @classmethod
@@ -72,6 +74,9 @@ def render_announce(state: AnnounceState, announced: Sequence[Block] = ()) -> st
     if state.open_plans:
         lines.append("[OPEN PLANS]")
         lines.extend(plan.render(current=plan.plan_id == state.current_plan_id) for plan in state.open_plans)
+    if state.live_events:
+        lines.append("[LIVE EVENTS] sent by the user while you work; a steer changes direction, a follow-up adds to it")
+        lines.extend(f"- {line}" for line in state.live_events)
     notices = [*state.notices, *(_announced_line(block) for block in announced)]
     if notices:
         lines.append("[NOTICES]")

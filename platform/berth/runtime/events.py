@@ -19,6 +19,9 @@ TurnEventType: TypeAlias = Literal[
     "artifact",
     "turn.completed",
     "turn.failed",
+    "user.followup",
+    "user.steer",
+    "conversation.titled",
 ]
 
 

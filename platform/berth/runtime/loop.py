@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
 from berth.bundle.context import BundleContext
@@ -27,8 +26,10 @@ from berth.runtime.blocks import Author, Block, BlockType
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
 from berth.runtime.events import EventSink, TurnEvent
+from berth.runtime.live import LiveEvent, LiveInbox, ReceivedEvent, announce_line, attachment_block
 from berth.runtime.mcp_tools import add_mcp_tools, sync_mcp_tools
 from berth.runtime.memory import MemorySearch
+from berth.runtime.metering import ModelCall, TurnMeter
 from berth.runtime.paths import RecordPath
 from berth.runtime.persistence import TurnRecorder, restore_conversation
 from berth.runtime.plan import PlanBookCache, apply_step_markers
@@ -68,6 +69,7 @@ ModelResolver = Callable[[str | None], tuple[ModelRef, ModelProvider]]
 """Returns the model reference and provider for a role (None = the default model)."""
 
 RESULT_PREVIEW_CHARS = 6_000
+STEERED = "the user steered while the answer was being written: that response is dropped and the model decides again"
 
 
 def utc_now() -> datetime:
@@ -85,6 +87,10 @@ class TurnInput:
     user_timezone: str = "UTC"
     attachments: Sequence[tuple[str, str, bytes]] = ()
     """``(name, mime, data)`` of each attachment; text attachments are shown to the model."""
+    meter: TurnMeter | None = None
+    """Told of every model call the turn makes; asked after every round whether a budget is crossed."""
+    inbox: LiveInbox | None = None
+    """The follow-ups and steers the user sends while the turn runs (SPEC §4.1)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class TurnResult:
     generation: int
     model: str
     error: dict[str, str] | None = None
+    unseen_live_events: tuple[LiveEvent, ...] = ()
+    """Live events that arrived while the final round ran: the model never saw them (they start the next turn)."""
 
 
 @dataclass
@@ -171,6 +179,7 @@ class TurnRunner:
         agent = generation.hooks.agent(context)
         react = self._react_settings(context, agent.react if agent else {})
         model_ref, provider = self._models(agent.model_role if agent else None)
+        label = model_label(model_ref)
         recorder = TurnRecorder(
             handle, turn.turn_id, base_version=restored.version, sources=sources, stored=restored.stored
         )
@@ -184,6 +193,12 @@ class TurnRunner:
         head = self._head_blocks(turn, generation, model_ref, now, pruned)
         timeline.contribute(*head)
         recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
+        inbox = turn.inbox
+        if inbox is not None:
+            inbox.cancel_streams = react.steer == "cancel_stream"
+            early = inbox.attach(recorder.record_live)
+            if early:  # sent while the turn waited for a slot
+                await recorder.record_live(early)
         await emit(
             TurnEvent(
                 "turn.started",
@@ -191,7 +206,7 @@ class TurnRunner:
                     "turn_id": turn.turn_id,
                     "bundle": generation.bundle_id,
                     "generation": generation.number,
-                    "model": model_label(model_ref),
+                    "model": label,
                 },
             )
         )
@@ -201,6 +216,9 @@ class TurnRunner:
         async def finish(
             outcome: TurnOutcome, decision: Decision | None, final: list[Block], error: dict[str, str] | None
         ) -> TurnResult:
+            nonlocal usage
+            unseen = inbox.close() if inbox is not None else ()
+            usage = usage.plus(state.compaction_usage)  # the turn's usage is every call it made
             state.timeline.contribute(*final)
             answer = decision.answer if decision else None
             used = self._sources_used(answer or "", state.sources)
@@ -214,6 +232,7 @@ class TurnRunner:
                     *state.workspace.artifact_writes(),
                     *self._capped_results(state),
                     *(ArtifactWrite(f"{turn.turn_id}/attachments/{name}", data) for name, _, data in turn.attachments),
+                    *self._live_attachment_writes(turn.turn_id, inbox),
                 ),
                 usage=TurnUsage(**usage.model_dump()),
                 exit_reason=outcome,
@@ -232,8 +251,9 @@ class TurnRunner:
                 usage=usage,
                 rounds=rounds,
                 generation=generation.number,
-                model=model_label(model_ref),
+                model=label,
                 error=error,
+                unseen_live_events=tuple(received.event for received in unseen),
             )
             try:
                 await generation.hooks.after_turn(context, turn, result)
@@ -250,7 +270,10 @@ class TurnRunner:
                             "answer": render_citations(answer, citation_lookup(state.sources)) if answer else answer,
                             "followups": list(result.followups),
                             "sources_used": list(used),
-                            "usage": usage.model_dump(),
+                            "usage": {
+                                **usage.model_dump(),
+                                "cost_usd": turn.meter.cost_usd() if turn.meter is not None else None,
+                            },
                             "outcome": outcome,
                         },
                     )
@@ -315,7 +338,10 @@ class TurnRunner:
                 state.pruned_turns = pruned
 
                 def render(
-                    iteration: int = iteration, pruned: frozenset[str] = pruned, used: int = last_estimate
+                    iteration: int = iteration,
+                    pruned: frozenset[str] = pruned,
+                    used: int = last_estimate,
+                    new_live: frozenset[int] = frozenset(),
                 ) -> RenderedPrompt:
                     plans = state.plan_book()
                     announce = AnnounceState(
@@ -330,6 +356,10 @@ class TurnRunner:
                         inactive_tools=tuple(
                             f"{tool_id}: {reason}" for tool_id, reason in sorted(toolbox.inactive.items())
                         ),
+                        live_events=tuple(
+                            announce_line(received, new=received.number in new_live)
+                            for received in (inbox.received if inbox is not None else ())
+                        ),
                     )
                     return renderer.render(
                         state.timeline,
@@ -340,34 +370,56 @@ class TurnRunner:
                         pruned_turns=pruned,
                     )
 
-                prompt = render()
-                last_estimate = estimate_prompt_tokens(prompt)
-                over_budget = last_estimate > react.compaction_threshold * react.context_budget_tokens
-                if over_budget and not compaction_failed:  # one failed compaction per turn is enough
-                    compaction_failed = not await self._compact(state, react, emit, force=False, estimate=estimate)
-                    prompt = render()
+                while True:  # a steer that stops the model stream makes the loop decide again, in the same round
+                    new_live = self._take_live(inbox, state)
+                    used_before = last_estimate
+                    prompt = render(used=used_before, new_live=new_live)
                     last_estimate = estimate_prompt_tokens(prompt)
-                state.visible_from = prompt.start
-                state.editable_from = editable_tail_start(
-                    state.timeline, start=prompt.start, offset=react.cache_checkpoint_offset
-                )
-                state.notices.clear()
-                last_request_at = self._clock()
-                try:
-                    try:
-                        result, completed = await self._call_model(provider, model_ref, prompt, state, emit, iteration)
-                    except ModelContextOverflow:
-                        if not await self._compact(state, react, emit, force=True, estimate=estimate):
-                            raise
-                        result, completed = await self._call_model(
-                            provider, model_ref, render(), state, emit, iteration
+                    over_budget = last_estimate > react.compaction_threshold * react.context_budget_tokens
+                    if over_budget and not compaction_failed:  # one failed compaction per turn is enough
+                        compaction_failed = not await self._compact(
+                            state, react, emit, force=False, estimate=estimate, meter=turn.meter
                         )
-                except ModelError as exc:
-                    error = {"code": f"model_{exc.code}", "message": str(exc.message)}
-                    return await finish(
-                        "failed", decision, [self._status_block(state, "failed", error["message"])], error
+                        prompt = render(used=used_before, new_live=new_live)
+                        last_estimate = estimate_prompt_tokens(prompt)
+                    if inbox is not None and inbox.steer_waiting():  # it came while the round was rendered
+                        continue
+                    state.visible_from = prompt.start
+                    state.editable_from = editable_tail_start(
+                        state.timeline, start=prompt.start, offset=react.cache_checkpoint_offset
                     )
+                    state.notices.clear()
+                    last_request_at = self._clock()
+                    try:
+                        try:
+                            called = await self._call_model(provider, model_ref, prompt, state, emit, iteration, inbox)
+                        except ModelContextOverflow:
+                            if not await self._compact(
+                                state, react, emit, force=True, estimate=estimate, meter=turn.meter
+                            ):
+                                raise
+                            called = await self._call_model(
+                                provider,
+                                model_ref,
+                                render(used=used_before, new_live=new_live),
+                                state,
+                                emit,
+                                iteration,
+                                inbox,
+                            )
+                    except ModelError as exc:
+                        error = {"code": f"model_{exc.code}", "message": str(exc.message)}
+                        return await finish(
+                            "failed", decision, [self._status_block(state, "failed", error["message"])], error
+                        )
+                    if called is not None:
+                        result, completed = called
+                        break
+                    cancelled = {"code": "stream_cancelled", "message": STEERED, "round": iteration}
+                    await emit(TurnEvent("notice", cancelled))
                 usage = usage.plus(completed.usage)
+                if turn.meter is not None:
+                    turn.meter.model_called(ModelCall(label, "round", completed.usage, self._clock()))
                 decision = interpret_response(result, max_actions=max_actions)
                 blocks, final = await self._execute(decision, state, toolbox, react, emit)
                 for plan_block in (b for b in blocks if b.type == BlockType.REACT_PLAN):
@@ -377,6 +429,12 @@ class TurnRunner:
                     return await finish(outcome, decision, blocks, None)
                 state.timeline.contribute(*blocks)
                 await recorder.record_round(blocks, sources=state.sources)
+                breach = turn.meter.breach() if turn.meter is not None else None
+                if breach is not None:
+                    error = {"code": "budget_exceeded", "message": breach.message}
+                    return await finish(
+                        "failed", decision, [self._status_block(state, "failed", breach.message)], error
+                    )
             notice = f"the turn used all {react.max_iterations} iterations without completing"
             await emit(TurnEvent("notice", {"code": "iteration_limit", "message": notice}))
             return await finish(
@@ -404,7 +462,9 @@ class TurnRunner:
         state: TurnState,
         emit: EventSink,
         round_: int,
-    ) -> tuple[Any, ModelCompleted]:
+        inbox: LiveInbox | None = None,
+    ) -> tuple[Any, ModelCompleted] | None:
+        """Stream one model call through the channel parser; None when a steer stopped it (decide again)."""
         lookup = citation_lookup(state.sources)
 
         async def forward(event: StreamEvent) -> None:
@@ -431,11 +491,33 @@ class TurnRunner:
         completed: ModelCompleted | None = None
         metadata = {"user_id": state.scope.user_id, "turn_id": state.turn_id, "round": str(round_)}
         request = ModelRequest(prompt=prompt, metadata=metadata)
-        async for event in provider.stream(request):
-            if isinstance(event, TextDelta):
-                await stream.feed(event.text)
-            else:
-                completed = event
+        if inbox is None:
+            async for event in provider.stream(request):
+                if isinstance(event, TextDelta):
+                    await stream.feed(event.text)
+                else:
+                    completed = event
+        else:
+            try:
+                with inbox.streaming():
+                    events = provider.stream(request)
+                    try:
+                        async for event in events:
+                            if isinstance(event, TextDelta):
+                                await stream.feed(event.text)
+                            else:
+                                completed = event
+                    finally:  # a stopped stream closes its connection now, not when it is collected
+                        close = getattr(events, "aclose", None)
+                        if close is not None:
+                            await close()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not inbox.claim_steer_cancel() or task is None:
+                    raise
+                if task.uncancel() > 0:  # cancelled for another reason as well (the turn is being cancelled)
+                    raise
+                return None
         result = await stream.finish()
         if completed is None:
             completed = ModelCompleted(stop_reason="other", usage=Usage())
@@ -599,22 +681,7 @@ class TurnRunner:
         )
         prompt = record_block(BlockType.USER_PROMPT, turn.turn_id, "user.prompt", now, "user", text=turn.message)
         blocks = [header, prompt]
-        for name, mime, data in turn.attachments:
-            text = (
-                data.decode("utf-8", errors="replace") if mime.startswith("text/") else f"({mime}, {len(data)} bytes)"
-            )
-            blocks.append(
-                Block(
-                    type=BlockType.USER_ATTACHMENT,
-                    path=f"fi:{turn.turn_id}.attachments/{name}",
-                    turn_id=turn.turn_id,
-                    ts=now,
-                    author="user",
-                    mime=mime,
-                    text=text,
-                    meta={"name": name, "size": len(data)},
-                )
-            )
+        blocks.extend(attachment_block(turn.turn_id, name, mime, data, now) for name, mime, data in turn.attachments)
         return blocks
 
     def _react_settings(self, context: BundleContext, overrides: Mapping[str, Any]) -> ReactConfig:
@@ -659,8 +726,9 @@ class TurnRunner:
         *,
         force: bool,
         estimate: Callable[[Timeline], int],
+        meter: TurnMeter | None = None,
     ) -> bool:
-        _, provider = self._models("summarizer")
+        summarizer_ref, provider = self._models("summarizer")
 
         async def summarize(request: SummaryRequest) -> str:
             instructions = (
@@ -677,11 +745,15 @@ class TurnRunner:
                 checkpoints=(),
                 start=0,
             )
-            pieces = [
-                event.text
-                async for event in provider.stream(ModelRequest(prompt=prompt, max_output_tokens=request.max_tokens))
-                if isinstance(event, TextDelta)
-            ]
+            pieces: list[str] = []
+            async for event in provider.stream(ModelRequest(prompt=prompt, max_output_tokens=request.max_tokens)):
+                if isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                else:
+                    state.compaction_usage = state.compaction_usage.plus(event.usage)
+                    if meter is not None:
+                        call = ModelCall(model_label(summarizer_ref), "compaction", event.usage, self._clock())
+                        meter.model_called(call)
             return "".join(pieces)
 
         outcome = await compact_timeline(
@@ -708,6 +780,27 @@ class TurnRunner:
         if not outcome.applied:
             state.notices.append(outcome.message)
         return outcome.applied
+
+    @staticmethod
+    def _take_live(inbox: LiveInbox | None, state: TurnState) -> frozenset[int]:
+        """Contribute the live events that arrived since the last decision; return their numbers."""
+        if inbox is None:
+            return frozenset()
+        taken: tuple[ReceivedEvent, ...] = inbox.take()
+        for received in taken:
+            state.timeline.contribute(*received.blocks)
+        return frozenset(received.number for received in taken)
+
+    @staticmethod
+    def _live_attachment_writes(turn_id: str, inbox: LiveInbox | None) -> tuple[ArtifactWrite, ...]:
+        """The files of the live events the turn took, stored beside its own attachments."""
+        if inbox is None:
+            return ()
+        return tuple(
+            ArtifactWrite(f"{turn_id}/attachments/live-{received.number}/{name}", data)
+            for received in inbox.received
+            for name, _, data in received.event.attachments
+        )
 
     @staticmethod
     def _sources_used(answer: str, sources: SourcesPool) -> tuple[dict[str, Any], ...]:
@@ -738,8 +831,7 @@ def _pruned_by_previous_turn(timeline: Any) -> frozenset[str]:
 
 def model_label(model_ref: ModelRef) -> str:
     """What clients and logs see of the model: ``provider:model``, never a local file path."""
-    name = PurePath(model_ref.model).name if "/" in model_ref.model else model_ref.model
-    return f"{model_ref.provider}:{name}"
+    return model_ref.label
 
 
 def _read_only(toolbox: ToolBox, action: Action) -> bool:

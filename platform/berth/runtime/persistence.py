@@ -307,6 +307,8 @@ class TurnRecorder:
         self._stored = stored
         self._rounds = 0  # rounds appended to the turn log (the head is round 0)
         self._beginning: asyncio.Future[None] | None = None
+        self._appending = asyncio.Lock()  # rounds and live events append to the log one at a time
+        self._ended = False
         self.committed: CommittedTimeline | None = None
         """The timeline as the last :meth:`commit` stored it."""
 
@@ -337,14 +339,29 @@ class TurnRecorder:
     async def record_round(self, blocks: Sequence[Block], *, sources: SourcesPool) -> int:
         """Append a completed round's blocks and the source rows it changed; return the round index."""
         await self.begun()
-        changed = changed_source_records(self._stored_sources, sources)
-        index = await self._handle.append_round(
-            self.turn_id, tuple(self._stored.record(block) for block in blocks), sources=changed
-        )
-        self._stored.logged(blocks, round_=index)
-        self._rounds = index
-        self._stored_sources = sources
-        return index
+        async with self._appending:
+            changed = changed_source_records(self._stored_sources, sources)
+            index = await self._handle.append_round(
+                self.turn_id, tuple(self._stored.record(block) for block in blocks), sources=changed
+            )
+            self._stored.logged(blocks, round_=index)
+            self._rounds = index
+            self._stored_sources = sources
+            return index
+
+    async def record_live(self, blocks: Sequence[Block]) -> int | None:
+        """Append a live event's blocks to the turn log as their own entry, at once; return its index.
+
+        Returns None when the turn has already been committed (the commit stored what it took of them).
+        """
+        await self.begun()
+        async with self._appending:
+            if self._ended:
+                return None
+            index = await self._handle.append_round(self.turn_id, tuple(self._stored.record(b) for b in blocks))
+            self._stored.logged(blocks, round_=index)
+            self._rounds = index
+            return index
 
     async def commit(
         self,
@@ -365,6 +382,34 @@ class TurnRecorder:
         :param exit_reason: how the turn ended (the loop's outcome), for the turn log.
         """
         await self.begun()
+        async with self._appending:
+            version = await self._commit(
+                timeline,
+                sources=sources,
+                state=state,
+                ended_at=ended_at,
+                final_round=final_round,
+                artifacts=artifacts,
+                title=title,
+                usage=usage,
+                exit_reason=exit_reason,
+            )
+            self._ended = True  # a live event that comes later is the next turn's
+            return version
+
+    async def _commit(
+        self,
+        timeline: Timeline,
+        *,
+        sources: SourcesPool,
+        state: TurnState,
+        ended_at: datetime,
+        final_round: Sequence[Block],
+        artifacts: Sequence[ArtifactWrite],
+        title: str | None,
+        usage: TurnUsage | None,
+        exit_reason: str | None,
+    ) -> int:
         blocks = tuple(timeline.blocks)
         if final_round:  # the commit appends it to the log as the next round (the store checks the reference)
             self._stored.logged(final_round, round_=self._rounds + 1)

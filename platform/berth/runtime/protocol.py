@@ -101,7 +101,9 @@ To finish, write:
 Use {"action": "exit"} only when you cannot continue at all. One action per response. Tool results,
 notices (problems with your last response) and the SOURCES POOL appear below; ANNOUNCE at the very end
 shows the iteration, your budget, the time, open plans and notices. Read earlier content again with
-react.read(path) when it is hidden or shown as a card.
+react.read(path) when it is hidden or shown as a card. The user may send a follow-up or a steer while
+you work: they arrive as user.followup / user.steer blocks and under [LIVE EVENTS] in ANNOUNCE; take
+them into account at your next decision (a steer overrides the earlier request where they conflict).
 """
 
 

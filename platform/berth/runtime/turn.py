@@ -9,6 +9,7 @@ from datetime import datetime
 
 from berth.bundle.knowledge import KnowledgeDocument
 from berth.bundle.skills import Skill
+from berth.models.protocol import Usage
 from berth.runtime.blocks import Block
 from berth.runtime.memory import MemorySearch
 from berth.runtime.plan import PlanBook, PlanBookCache
@@ -50,6 +51,8 @@ class TurnState:
     current_code: str | None = None
     """The ``code`` channel of the decision whose tool call runs now (``exec.python`` runs it)."""
     pending_blocks: list[Block] = field(default_factory=list)
+    compaction_usage: Usage = field(default_factory=Usage)
+    """What compaction's summaries cost this turn (added to the rounds' usage when the turn ends)."""
     _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _plan_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     plans: PlanBookCache = field(default_factory=PlanBookCache, repr=False)

@@ -10,6 +10,8 @@ source rows cross the seam as JSON text next to the few columns a store needs to
   (timeline artifact, sources pool, turn log, conversation index);
 * :mod:`berth.storage.memory` — :class:`~berth.storage.memory.MemoryIndex`, the store behind
   ``react.memsearch``;
+* :mod:`berth.storage.meta` — :class:`~berth.storage.meta.MetaStore`: conversation metadata, feedback and the
+  usage records of :mod:`berth.storage.usage` (one row per model call);
 * :mod:`berth.storage.backend` — :class:`~berth.storage.backend.StorageBackend`, both stores of one
   storage configuration, and the factory ``berth_storage_backends()`` registers per storage kind.
 """

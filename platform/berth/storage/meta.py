@@ -1,14 +1,17 @@
-"""Conversation metadata and feedback: what the API lists and shows besides the timeline itself."""
+"""Conversation metadata, feedback and usage records: what the API lists and shows besides the timeline itself."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol, TypeAlias
 
 from berth.storage.scope import ConversationScope, OwnerScope
+from berth.storage.usage import SpentRow, UsageGrouping, UsageRecord, UsageTotals
 
 Reaction: TypeAlias = Literal["ok", "not_ok", "neutral"]
+TitleSource: TypeAlias = Literal["user", "summary", "message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +23,8 @@ class ConversationMeta:
     bundle: str | None
     created_at: datetime
     updated_at: datetime
+    title_source: TitleSource | None = None
+    """Who set the title: the user, the summarizer after the first turn, or the first message (provisional)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +40,7 @@ class Feedback:
 
 
 class MetaStore(Protocol):
-    """Conversation index rows and feedback, scoped like everything else."""
+    """Conversation index rows, feedback and usage records, scoped like everything else."""
 
     async def open(self) -> None:
         """Create or migrate the schema."""
@@ -54,7 +59,11 @@ class MetaStore(Protocol):
         ...
 
     async def touch_conversation(self, scope: ConversationScope, *, at: datetime, title: str | None = None) -> None:
-        """Mark activity (and optionally set a title)."""
+        """Mark activity (and set ``title`` as a provisional title when the conversation has none)."""
+        ...
+
+    async def set_title(self, scope: ConversationScope, title: str, *, source: TitleSource) -> bool:
+        """Set the title; a ``summary`` never replaces the user's own. Return whether it was set."""
         ...
 
     async def list_conversations(
@@ -73,4 +82,22 @@ class MetaStore(Protocol):
 
     async def feedback_between(self, tenant: str, project: str, start: datetime, end: datetime) -> list[Feedback]:
         """Feedback given in ``[start, end)`` in one tenant/project."""
+        ...
+
+    async def record_usage(self, records: Sequence[UsageRecord]) -> None:
+        """Store model calls' usage, all of them in one transaction (a turn's calls as it ends)."""
+        ...
+
+    async def usage_totals(
+        self, tenant: str, project: str, start: datetime, end: datetime, group_by: UsageGrouping | None
+    ) -> list[UsageTotals]:
+        """The usage of one tenant/project in ``[start, end)``: one row per group, ordered by key (``group_by``
+        None: one row for the whole period, ``key`` None, even when there was no call)."""
+        ...
+
+    async def usage_spent(
+        self, since: datetime, *, tenant: str | None = None, project: str | None = None, user_id: str | None = None
+    ) -> list[SpentRow]:
+        """Tokens and priced cost spent since ``since``, per tenant, project, user and UTC day; narrowed to a
+        tenant, a tenant's project, or a user of one when given (budgets start from these)."""
         ...

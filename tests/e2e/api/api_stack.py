@@ -18,6 +18,7 @@ import yaml
 
 from berth.api import build_services, create_app
 from berth.api.services import HostServices
+from berth.default_plugins.models.scripted import ScriptedProvider
 
 KEYS = {"acme": "acme-key-0001", "globex": "globex-key-0002", "admin": "admin-key-0003"}
 
@@ -40,12 +41,17 @@ def write_stack_descriptors(
     gateway: dict[str, Any] | None = None,
     bundles_secrets: dict[str, Any] | None = None,
     platform: dict[str, Any] | None = None,
+    extra_keys: Sequence[dict[str, Any]] = (),
 ) -> Path:
     """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure);
-    ``bundles_secrets`` is ``bundles.secrets.yaml``; ``platform`` adds sections to ``assembly.yaml``'s platform."""
+    ``bundles_secrets`` is ``bundles.secrets.yaml``; ``platform`` adds sections to ``assembly.yaml``'s platform;
+    ``extra_keys`` are more entries of ``auth.keys``."""
     root.mkdir(parents=True, exist_ok=True)
+    platform = dict(platform or {})
+    # titles would take a response of the test's script: a test that wants them says so
+    platform["react"] = {"conversation_titles": False, **platform.get("react", {})}
     assembly = {
-        "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}, **(platform or {})},
+        "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}, **platform},
         "tenants": {"acme": {"projects": {"support": {}, "sales": {}}}, "globex": {"projects": {"research": {}}}},
     }
     bundles = bundles or {"hello": {"source": {"entry_point": "hello"}}}
@@ -59,6 +65,7 @@ def write_stack_descriptors(
             {"id": "acme-user", "sha256": key_hash(KEYS["acme"]), "tenant": "acme", "projects": ["support"]},
             {"id": "globex-user", "sha256": key_hash(KEYS["globex"]), "tenant": "globex"},
             {"id": "ops", "sha256": key_hash(KEYS["admin"]), "tenant": "*", "roles": ["admin", "user"]},
+            *extra_keys,
         ]
     (root / "assembly.yaml").write_text(yaml.safe_dump(assembly))
     (root / "bundles.yaml").write_text(yaml.safe_dump({"bundles": bundles, "tenants": scopes}))
@@ -82,6 +89,13 @@ class ApiStack:
 
     def auth(self, who: str = "acme") -> dict[str, str]:
         return {"Authorization": f"Bearer {KEYS[who]}"}
+
+    def model(self) -> ScriptedProvider:
+        """The scripted model serving the platform's default model (its ``requests`` are what it was sent)."""
+        assert self.services.models is not None
+        provider = self.services.models.provider(self.services.config.settings_for().models.default)
+        assert isinstance(provider, ScriptedProvider)
+        return provider
 
     async def conversation(self, who: str = "acme", tenant: str = "acme", project: str = "support", **body: Any) -> str:
         response = await self.client.post(f"/v1/{tenant}/{project}/conversations", json=body, headers=self.auth(who))
@@ -144,10 +158,11 @@ async def api_stack(
     gateway: dict[str, Any] | None = None,
     bundles_secrets: dict[str, Any] | None = None,
     platform: dict[str, Any] | None = None,
+    extra_keys: Sequence[dict[str, Any]] = (),
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
     descriptors = write_stack_descriptors(
-        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform
+        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
     )
     services = build_services(descriptors, var_root=tmp_path / "var")
     app = create_app(services=services, govern_heap=govern_heap)

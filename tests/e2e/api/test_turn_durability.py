@@ -103,7 +103,8 @@ def descriptors(root: Path) -> None:
     folder.mkdir(parents=True)
     (root / "script.yaml").write_text(yaml.safe_dump(SCRIPT))
     model = {"provider": "scripted", "model": str(root / "script.yaml")}
-    assembly = {"platform": {"models": {"default": model}}, "tenants": {"default": {"projects": {"default": {}}}}}
+    platform = {"models": {"default": model}, "react": {"conversation_titles": False}}  # titles would take replies
+    assembly = {"platform": platform, "tenants": {"default": {"projects": {"default": {}}}}}
     (folder / "assembly.yaml").write_text(yaml.safe_dump(assembly))
     (folder / "bundles.yaml").write_text(yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}}))
     limits = {"default": {"requests_per_minute": 100000, "burst": 1000, "concurrent_turns": 100}}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import mimetypes
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from berth.api.attachments import check_attachment
 from berth.api.auth import Caller
@@ -20,17 +20,21 @@ from berth.api.schemas import (
     ConversationDetail,
     ConversationOut,
     ConversationPage,
+    ConversationPatch,
     CreateConversation,
     FeedbackIn,
     FeedbackOut,
     FeedbackReport,
+    LiveEventAccepted,
+    LiveEventIn,
     StartTurn,
     TurnOut,
     TurnStarted,
 )
-from berth.api.services import HostServices, new_id
+from berth.api.services import HostServices, events_url, new_id
 from berth.api.sse import encode_frame, parse_last_event_id
 from berth.runtime.blocks import BlockType
+from berth.runtime.live import LiveEvent
 from berth.runtime.paths import FilePath, LogicalPathError, parse_path
 from berth.runtime.persistence import restore_conversation
 from berth.runtime.sources import citation_lookup
@@ -48,6 +52,7 @@ def _out(meta: ConversationMeta) -> ConversationOut:
     return ConversationOut(
         id=meta.scope.conversation_id,
         title=meta.title,
+        title_source=meta.title_source,
         bundle=meta.bundle,
         created_at=meta.created_at,
         updated_at=meta.updated_at,
@@ -80,10 +85,24 @@ async def create_conversation(
     """Create a conversation (optionally with a title and a bundle)."""
     bundle = _bundle_for(host, tenant, project, body.bundle, None) if body.bundle else None
     now = datetime.now(UTC)
-    meta = ConversationMeta(conversation_scope(who, tenant, project, new_id("c")), body.title, bundle, now, now)
+    scope = conversation_scope(who, tenant, project, new_id("c"))
+    meta = ConversationMeta(scope, body.title, bundle, now, now, "user" if body.title else None)
     assert host.meta is not None
     await host.meta.create_conversation(meta)
     return _out(meta)
+
+
+@router.patch("/conversations/{conversation_id}", response_model=ConversationOut)
+async def update_conversation(
+    tenant: str, project: str, conversation_id: str, body: ConversationPatch, who: ScopedCaller, host: Services
+) -> ConversationOut:
+    """Rename a conversation; the summarizer never replaces a title the user gave."""
+    meta = await _conversation(host, who, tenant, project, conversation_id)
+    assert host.meta is not None
+    await host.meta.set_title(meta.scope, body.title, source="user")
+    renamed = await host.meta.get_conversation(meta.scope)
+    assert renamed is not None
+    return _out(renamed)
 
 
 @router.get("/conversations", response_model=ConversationPage)
@@ -162,8 +181,13 @@ def _followups(data: object) -> list[str]:
     return [str(item) for item in items] if isinstance(items, list) else []
 
 
-async def _turn_request(request: Request, host: HostServices) -> tuple[StartTurn, tuple[tuple[str, str, bytes], ...]]:
-    """The turn's body and attachments (the body's size is held to the tenant's limit by the app's middleware)."""
+Body = TypeVar("Body", bound=BaseModel)
+Files = tuple[tuple[str, str, bytes], ...]
+
+
+async def _body_with_files(request: Request, host: HostServices, model: type[Body]) -> tuple[Body, Files]:
+    """A body as JSON, or as multipart fields with files (each checked; the request's size is held to the
+    tenant's limit by the app's middleware)."""
     limits = host.config.descriptors.gateway
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
@@ -183,31 +207,37 @@ async def _turn_request(request: Request, host: HostServices) -> tuple[StartTurn
             name, mime = check_attachment(upload.filename or "attachment", data, limits.attachments)
             attachments.append((name, mime, data))
         try:
-            return StartTurn.model_validate(fields), tuple(attachments)
+            return model.model_validate(fields), tuple(attachments)
         except ValidationError as exc:
             raise invalid_request(exc.errors()) from None
     if not content_type.startswith("application/json"):
         raise ApiError(415, "unsupported_media_type", "send application/json, or multipart/form-data with files")
     body = await request.body()
     try:
-        return StartTurn.model_validate_json(body), ()
+        return model.model_validate_json(body), ()
     except ValidationError as exc:
         raise invalid_request(exc.errors()) from None
 
 
-START_TURN_CONTENT = {
-    "application/json": {"schema": StartTurn.model_json_schema()},
-    "multipart/form-data": {
-        "schema": {
-            "type": "object",
-            "required": ["message"],
-            "properties": {
-                **StartTurn.model_json_schema()["properties"],
-                "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
-            },
-        }
-    },
-}
+def _content_with_files(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that takes ``model`` as JSON, or as multipart with files."""
+    schema = model.model_json_schema()
+    return {
+        "application/json": {"schema": schema},
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": schema.get("required", []),
+                "properties": {
+                    **schema["properties"],
+                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                },
+            }
+        },
+    }
+
+
+START_TURN_CONTENT = _content_with_files(StartTurn)
 
 
 @router.post(
@@ -233,7 +263,7 @@ async def start_turn(
     turn); a dropped stream resumes from ``events_url`` like any other.
     """
     meta = await _conversation(host, who, tenant, project, conversation_id)
-    body, attachments = await _turn_request(request, host)
+    body, attachments = await _body_with_files(request, host, StartTurn)
     bundle = _bundle_for(host, tenant, project, body.bundle, meta.bundle)
     assert host.store is not None
     if body.turn_id is not None:
@@ -285,6 +315,36 @@ async def turn_events(
 
 async def _single_frame(frame: bytes) -> AsyncIterator[bytes]:
     yield frame
+
+
+@router.post(
+    "/conversations/{conversation_id}/turns/{turn_id}/events",
+    status_code=202,
+    response_model=LiveEventAccepted,
+    openapi_extra={"requestBody": {"required": True, "content": _content_with_files(LiveEventIn)}},
+)
+async def send_live_event(
+    tenant: str, project: str, conversation_id: str, turn_id: str, request: Request, who: ScopedCaller, host: Services
+) -> LiveEventAccepted:
+    """Send a follow-up or a steer to a running turn (SPEC §4.1).
+
+    The event is recorded in the turn at once, streamed to the turn's subscribers as ``user.followup`` /
+    ``user.steer``, and taken into account at the loop's next decision; a steer may also stop the answer
+    being written (``react.steer``). When the turn has ended, the event starts the next turn: the answer
+    says which (``started_turn``).
+    """
+    meta = await _conversation(host, who, tenant, project, conversation_id)
+    body, attachments = await _body_with_files(request, host, LiveEventIn)
+    bundle = _bundle_for(host, tenant, project, None, meta.bundle)
+    event = LiveEvent(kind=body.kind, message=body.message, attachments=attachments)
+    running, received = await host.deliver_live_event(meta.scope, turn_id, event, bundle_id=bundle)
+    return LiveEventAccepted(
+        turn_id=running.turn_id,
+        kind=body.kind,
+        started_turn=received is None,
+        path=received.block.path if received is not None else None,
+        events_url=events_url(meta.scope, running.turn_id),
+    )
 
 
 @router.post("/conversations/{conversation_id}/turns/{turn_id}/cancel", status_code=202)

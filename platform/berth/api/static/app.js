@@ -471,6 +471,7 @@ class TurnView {
         renderPlan(data.plan);
         return false;
       case "notice":
+        if (data.code === "stream_cancelled") this.dropPartialAnswer();
         this.notice(data.message || data.code || "notice", data.code);
         return false;
       case "compaction":
@@ -482,7 +483,15 @@ class TurnView {
       case "artifact":
         this.artifacts.push(data);
         return false;
+      case "user.followup":
+      case "user.steer":
+        this.liveEvent(data);
+        return false;
+      case "conversation.titled":
+        retitleConversation(data.conversation_id, data.title);
+        return false;
       case "turn.completed":
+        this.nextTurn = data.next_turn || null;
         this.complete(data);
         return true;
       case "turn.failed":
@@ -601,6 +610,22 @@ class TurnView {
     card.querySelector(".result-title").hidden = false;
     if (paths && paths.length) card.querySelector(".tool-body").append(el("p", { class: "muted small", text: paths.join(" · ") }));
     this.setStatus("Thinking…");
+  }
+
+  /** A follow-up or steer the user sent while this turn runs: shown where it arrived. */
+  liveEvent({ kind, message }) {
+    const label = kind === "steer" ? "Steer" : "Follow-up";
+    this.activity.append(
+      el("div", { class: `live-event ${kind}`, "data-kind": kind }, el("span", { class: "live-kind muted small", text: label }), el("span", { text: message })),
+    );
+    scrollMessages();
+  }
+
+  /** A steer stopped the answer being written: what it had written is dropped; the next answer replaces it. */
+  dropPartialAnswer() {
+    this.answerText = "";
+    this.answerOpen = null;
+    this.renderAnswer();
   }
 
   notice(message, code) {
@@ -807,6 +832,21 @@ const sleep = (ms, signal) =>
     });
   });
 
+/** Read what a stream sends after its turn ended (the conversation's title), without holding anyone up. */
+function drainAfterEnd(reader, parser) {
+  (async () => {
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        parser.push(value);
+      }
+    } catch {
+      /* the stream was dropped: the title shows on the next listing */
+    }
+  })();
+}
+
 async function streamTurn(view, eventsUrl) {
   const controller = new AbortController();
   view.abort = controller;
@@ -835,7 +875,7 @@ async function streamTurn(view, eventsUrl) {
         parser.push(value);
       }
       if (ended) {
-        reader.cancel().catch(() => {});
+        drainAfterEnd(reader, parser); // the title comes after the turn's end, on the same stream
         return;
       }
     } catch (error) {
@@ -859,7 +899,9 @@ async function streamTurn(view, eventsUrl) {
 
 function setRunning(view) {
   state.running = view;
-  $("send-button").disabled = Boolean(view);
+  $("send-button").textContent = view ? "Add" : "Send";
+  $("send-button").title = view ? "Add this to the running turn (a follow-up)" : "";
+  $("steer-button").hidden = !view;
   $("stop-button").hidden = !view;
   for (const chip of document.querySelectorAll("button.followup")) chip.disabled = Boolean(view);
 }
@@ -887,11 +929,46 @@ async function ensureConversation() {
   return created.id;
 }
 
-async function sendMessage(text) {
+/** Send a follow-up or a steer to the turn that runs; when it has ended meanwhile, the event starts the next. */
+async function sendLiveEvent(view, kind, message) {
+  if (!view.turnId || !view.conversationId) {
+    toast("The turn is starting; send it again in a moment.");
+    return;
+  }
+  try {
+    const accepted = await api(`${scopePath()}/conversations/${view.conversationId}/turns/${view.turnId}/events`, {
+      method: "POST",
+      json: { kind, message },
+    });
+    clearComposer();
+    if (accepted.started_turn) view.nextTurn = { turn_id: accepted.turn_id, events_url: accepted.events_url, prompt: message };
+  } catch (error) {
+    toast(error.message);
+  }
+}
+
+/** Follow a turn the server started from live events (they came after the answer was written). */
+async function followNextTurn(view, conversationId) {
+  let next = view.nextTurn;
+  while (next && next.events_url) {
+    const following = new TurnView({ prompt: next.prompt || "(follow-up)", conversationId });
+    setRunning(following);
+    appendTurn(following);
+    following.setTurn(next.turn_id);
+    try {
+      await streamTurn(following, next.events_url);
+    } finally {
+      if (state.running === following) setRunning(null);
+    }
+    next = following.nextTurn;
+  }
+}
+
+async function sendMessage(text, liveKind = "followup") {
   const message = (text || "").trim();
   if (!message) return;
   if (state.running) {
-    toast("Wait for the current answer to finish, or stop it.");
+    await sendLiveEvent(state.running, liveKind, message);
     return;
   }
   const files = [...state.files];
@@ -918,6 +995,8 @@ async function sendMessage(text) {
     view.setTurn(started.turn_id);
     await streamTurn(view, started.events_url);
     touchConversation(conversationId, message);
+    if (state.running === view) setRunning(null);
+    await followNextTurn(view, conversationId);
   } catch (error) {
     if (error.name !== "AbortError") view.fail(error.code, error.message);
   } finally {
@@ -966,6 +1045,13 @@ function renderFileChips() {
 
 // ---------------------------------------------------------------------------------------------------
 // Conversations
+
+function retitleConversation(conversationId, title) {
+  const meta = state.conversations.get(conversationId);
+  if (!meta || !title) return;
+  meta.title = title;
+  renderConversationList();
+}
 
 function touchConversation(conversationId, message) {
   const meta = state.conversations.get(conversationId);
@@ -1259,6 +1345,7 @@ function wire() {
     event.preventDefault();
     sendMessage(input.value);
   });
+  $("steer-button").addEventListener("click", () => sendMessage(input.value, "steer"));
   $("file-input").addEventListener("change", (event) => {
     state.files.push(...event.target.files);
     event.target.value = "";

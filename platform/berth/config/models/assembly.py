@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from berth.config.models.common import DescriptorModel, ScopeName, SecretSetting, partial_model
 
@@ -101,21 +102,88 @@ class ModelRef(DescriptorModel):
         ),
     )
 
+    @property
+    def label(self) -> str:
+        """``provider:model`` as clients, logs and the price table see it; a model given as a file path (the
+        scripted provider's script) shows its file name only, never a local path."""
+        name = PurePath(self.model).name if "/" in self.model else self.model
+        return f"{self.provider}:{name}"
+
 
 DEFAULT_MODEL = ModelRef(
     provider="anthropic", model="claude-sonnet-5-5", max_output_tokens=8192, context_window=200_000
 )
 
 
+PriceKey = Annotated[
+    str,
+    Field(
+        pattern=r"^[^\s]{1,200}$",
+        description="'provider:model' (as turn.started's model names it) or the bare model name",
+    ),
+]
+
+
+def _per_million(description: str) -> Any:
+    return Field(ge=0, allow_inf_nan=False, description=f"USD per million {description}")
+
+
+class ModelPrice(DescriptorModel):
+    """What one model's tokens cost, in USD per million tokens (the provider's list price, or yours).
+
+    Cache reads and writes are priced as input tokens unless given (providers usually charge less to read
+    the cache and more to write it: give both to be exact).
+    """
+
+    input: float = _per_million("uncached input tokens")
+    output: float = _per_million("output tokens")
+    cache_read: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="USD per million input tokens read from the prompt cache"
+    )
+    cache_write: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="USD per million input tokens written to the prompt cache"
+    )
+
+    @field_validator("input", "output", "cache_read", "cache_write", mode="before")
+    @classmethod
+    def _number_not_boolean(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("a price is a number of USD per million tokens, not true/false")
+        return value
+
+    @property
+    def cache_read_price(self) -> float:
+        """USD per million cache-read tokens (the input price when not given)."""
+        return self.input if self.cache_read is None else self.cache_read
+
+    @property
+    def cache_write_price(self) -> float:
+        """USD per million cache-write tokens (the input price when not given)."""
+        return self.input if self.cache_write is None else self.cache_write
+
+
 class ModelsConfig(DescriptorModel):
-    """The default model and named roles (``summarizer``, …) that fall back to it."""
+    """The default model, named roles (``summarizer``, …) that fall back to it, and the models' prices."""
 
     default: ModelRef = DEFAULT_MODEL
     roles: dict[str, ModelRef] = Field(default_factory=dict)
+    prices: dict[PriceKey, ModelPrice] = Field(
+        default_factory=dict,
+        description="USD per million tokens by 'provider:model' or model name; a model without a price has an "
+        "unknown cost (null), never 0",
+    )
 
     def for_role(self, role: str | None) -> ModelRef:
         """Return the model configured for ``role``, or the default when the role is not named."""
         return self.roles.get(role, self.default) if role else self.default
+
+    def price_of(self, label: str) -> ModelPrice | None:
+        """The price of the model labelled ``provider:model`` (see :attr:`ModelRef.label`): the entry of the
+        label itself, else of the bare model name; None when the table has neither."""
+        found = self.prices.get(label)
+        if found is None:
+            found = self.prices.get(label.partition(":")[2])
+        return found
 
 
 class ReactConfig(DescriptorModel):
@@ -127,6 +195,14 @@ class ReactConfig(DescriptorModel):
     multi_action: Literal["off", "safe_fanout"] = "off"
     compaction_threshold: float = Field(0.9, gt=0, le=1)
     cache_checkpoint_offset: int = Field(2, ge=1)
+    conversation_titles: bool = Field(
+        True, description="title a conversation with the summarizer role after its first answered turn"
+    )
+    steer: Literal["cancel_stream", "next_decision"] = Field(
+        "cancel_stream",
+        description="what a user's steer does while the model writes: stop that response and decide again "
+        "with the steer (cancel_stream), or let it finish and see the steer at the next decision",
+    )
 
 
 class LocalExecProfile(DescriptorModel):

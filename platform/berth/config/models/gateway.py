@@ -1,4 +1,4 @@
-"""``gateway.yaml``: who may call the API (auth) and how much (limits, backpressure, attachments)."""
+"""``gateway.yaml``: who may call the API (auth) and how much (limits, backpressure, attachments, budgets)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 from pydantic import Field, field_validator, model_validator
 
-from berth.config.models.common import DescriptorModel, ScopeName, partial_model
+from berth.config.models.common import DescriptorModel, ScopeKey, ScopeName, partial_model
 
 Role = Literal["user", "admin"]
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="hex SHA-256 of the API key")]
@@ -143,6 +143,66 @@ class CorsConfig(DescriptorModel):
     allow_origins: list[str] = Field(default_factory=lambda: ["http://localhost:8000"])
 
 
+BudgetPeriod = Literal["day", "month"]
+"""A UTC calendar period: a day starts at 00:00 UTC, a month at 00:00 UTC on its first day."""
+
+
+class Budget(DescriptorModel):
+    """What a tenant, a project, or each user of one, may spend on models in a UTC day or month.
+
+    Tokens are every token a model call reports: input + output + cache read + cache write. A limit reached
+    refuses new turns of the scope (429 ``budget_exceeded``) until the period resets, and ends a running turn
+    after the round that reached it (``turn.failed {code: budget_exceeded}``).
+    """
+
+    scope: ScopeKey = Field(description="'tenant' or 'tenant/project', declared in assembly.yaml")
+    per_user: bool = Field(
+        False, description="true: each user (API key) of the scope has this budget; false: the scope shares it"
+    )
+    period: BudgetPeriod
+    tokens: int | None = Field(None, ge=0, description="tokens per period (input + output + cache read + write)")
+    cost_usd: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="USD per period, by platform.models.prices of assembly.yaml"
+    )
+
+    @field_validator("tokens", "cost_usd", mode="before")
+    @classmethod
+    def _number_not_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("a limit is a number, not true/false")
+        return value
+
+    @model_validator(mode="after")
+    def _has_a_limit(self) -> Budget:
+        if self.tokens is None and self.cost_usd is None:
+            raise ValueError("a budget needs a limit: 'tokens', 'cost_usd' or both")
+        return self
+
+    @property
+    def tenant(self) -> str:
+        """The tenant the budget is for."""
+        return self.scope.partition("/")[0]
+
+    @property
+    def project(self) -> str | None:
+        """The project the budget is for (None: every project of the tenant)."""
+        return self.scope.partition("/")[2] or None
+
+    def applies_to(self, tenant: str, project: str) -> bool:
+        """True when turns of ``tenant``/``project`` count against this budget."""
+        return self.tenant == tenant and self.project in (None, project)
+
+    def describe(self) -> str:
+        """The budget in words: ``each user of acme/support may spend 200,000 tokens a day``."""
+        who = f"each user of {self.scope}" if self.per_user else self.scope
+        limits = []
+        if self.tokens is not None:
+            limits.append(f"{self.tokens:,} tokens")
+        if self.cost_usd is not None:
+            limits.append(f"${self.cost_usd:,.2f}")
+        return f"{who} may spend {' and '.join(limits)} a {self.period}"
+
+
 class GatewayDescriptor(DescriptorModel):
     """``gateway.yaml``."""
 
@@ -152,6 +212,9 @@ class GatewayDescriptor(DescriptorModel):
     backpressure: Backpressure = Field(default_factory=Backpressure)
     attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
     cors: CorsConfig = Field(default_factory=CorsConfig)
+    budgets: list[Budget] = Field(
+        default_factory=list, description="token and cost limits per tenant, project or user, per UTC day or month"
+    )
 
     @model_validator(mode="after")
     def _no_open_auth_off_loopback(self) -> GatewayDescriptor:

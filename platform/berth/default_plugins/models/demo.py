@@ -153,7 +153,7 @@ class DemoProvider:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Answer the next round of the turn in ``request``'s prompt."""
         texts = [part.text for part in request.prompt.parts()]
-        text = respond(PromptView.read(texts))
+        text = demo_title(texts[-1]) if request.metadata.get("purpose") == "title" else respond(PromptView.read(texts))
         for start in range(0, len(text), self._chunk_size):
             yield TextDelta(text=text[start : start + self._chunk_size])
         usage = Usage(input_tokens=sum(estimate_tokens(t) for t in texts), output_tokens=estimate_tokens(text))
@@ -161,6 +161,16 @@ class DemoProvider:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+def demo_title(exchange: str) -> str:
+    """A title for a title request: the first words of the user's message (the demo model summarizes nothing)."""
+    first = exchange.removeprefix("User: ").split("\n", 1)[0]
+    words = first.split()
+    if not words:
+        return "Demo conversation"
+    title = " ".join(words[:6])
+    return title[0].upper() + title[1:]
 
 
 def respond(view: PromptView) -> str:

@@ -108,6 +108,9 @@ class ScriptEntry(BaseModel):
     stop_reason: StopReason = "end_turn"
     error: ScriptedError | None = None
     delay_s: float = Field(0.0, ge=0, le=60, description="wait this long before answering, like a slow model")
+    pause_s: float = Field(
+        0.0, ge=0, le=60, description="wait this long before the last chunk, like a long stream still being written"
+    )
 
     @model_validator(mode="after")
     def _text_or_error(self) -> ScriptEntry:
@@ -246,6 +249,8 @@ class ScriptedProvider:
             raise entry.error.to_error()
         text = entry.text or ""
         for start in range(0, len(text), self._chunk_size):
+            if entry.pause_s and start + self._chunk_size >= len(text):
+                await asyncio.sleep(entry.pause_s)
             yield TextDelta(text=text[start : start + self._chunk_size])
         usage = entry.usage or Usage(
             input_tokens=sum(estimate_tokens(part.text) for part in request.prompt.parts()),
