@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from berth.bundle.skills import Skill
     from berth.bundle.widgets import Widget
     from berth.config.secrets import SecretProviderFactory
+    from berth.storage.backend import StorageMigrator
     from berth.tools.contributions import BundleTools
 
 
@@ -60,6 +61,22 @@ def berth_storage_backends() -> Mapping[str, Callable[..., Any]]:
     :return: a mapping of backend name to factory.
 
     Called once at host start-up. Not firstresult.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def berth_storage_migrations() -> Mapping[str, StorageMigrator]:
+    """Contribute schema migrations for storage kinds whose stores live in a database server: ``{kind: migrate}``.
+
+    ``migrate(dsn, progress)`` (a :class:`~berth.storage.backend.StorageMigrator`) connects to the kind's database,
+    applies every pending migration in order, calls ``progress(version, status)`` for each step and returns the
+    versions it applied (none when the schema was current). It raises ``ConnectionError`` (or a subclass) with a
+    message naming the server, never its password, when the server cannot be reached.
+
+    :return: a mapping of storage kind (``platform.storage.kind``) to its migrator.
+
+    Called by ``berth migrate``; a kind without a migrator (``embedded``) has nothing to migrate. Not firstresult.
     """
     raise NotImplementedError
 

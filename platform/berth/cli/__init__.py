@@ -11,6 +11,7 @@ from berth.cli.bundles import bundles_group, worker
 from berth.cli.descriptors import descriptors_group
 from berth.cli.errors import run_guarded
 from berth.cli.execution import exec_group
+from berth.cli.migrate import migrate_command
 from berth.cli.plugins import plugins_group
 from berth.cli.serve import chat, run
 from berth.cli.usage import usage_command
@@ -30,6 +31,7 @@ cli.add_command(worker)
 cli.add_command(run)
 cli.add_command(chat)
 cli.add_command(usage_command)
+cli.add_command(migrate_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

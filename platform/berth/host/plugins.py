@@ -144,6 +144,10 @@ class PlatformPlugins:
         """Every storage backend factory, by kind."""
         return self._collect("berth_storage_backends")
 
+    def storage_migrators(self) -> dict[str, Callable[..., Any]]:
+        """Every storage migrator (``berth migrate``), by storage kind."""
+        return self._collect("berth_storage_migrations")
+
     def model_providers(self) -> dict[str, Callable[..., Any]]:
         """Every model provider factory, by name."""
         return self._collect("berth_model_providers")

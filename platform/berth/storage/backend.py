@@ -7,13 +7,17 @@ one backend at start-up, opens it, and closes it at shutdown.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from berth.storage.conversations import ConversationStore
     from berth.storage.memory import MemoryIndex
 
-__all__ = ["StorageBackend", "StorageBackendFactory"]
+__all__ = ["MigrationProgress", "StorageBackend", "StorageBackendFactory", "StorageMigrator"]
+
+MigrationProgress: TypeAlias = Callable[[str, str], None]
+"""Called with a migration's version and its status (``applying``, ``applied``, ``failed``)."""
 
 
 class StorageBackend(Protocol):
@@ -47,4 +51,16 @@ class StorageBackendFactory(Protocol):
 
     def __call__(self, settings: object, /) -> StorageBackend:
         """Build the (unopened) backend for ``settings``."""
+        ...
+
+
+class StorageMigrator(Protocol):
+    """What ``berth_storage_migrations()`` maps a storage kind to: brings its database schema up to date.
+
+    ``berth migrate`` resolves the kind's DSN from the descriptors (or ``--dsn``) and calls it; the storage plugin
+    owns its migrations, so the core never imports a database driver.
+    """
+
+    async def __call__(self, dsn: str, progress: MigrationProgress, /) -> Sequence[str]:
+        """Apply every pending migration, reporting each step; return the versions applied, in order."""
         ...

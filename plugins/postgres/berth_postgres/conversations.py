@@ -1,0 +1,768 @@
+"""The distributed conversation store: PostgreSQL through an asyncpg pool.
+
+The tables are those of migration ``0001_conversations`` (``berth_conversations``, ``berth_turns``,
+``berth_turn_log``, ``berth_timeline``, ``berth_sources``, ``berth_artifacts``); the store never creates
+them: :meth:`PostgresConversationStore.open` refuses a database whose schema is behind and names the command
+that fixes it (``berth migrate``).
+
+Tenant/project scoping: by scoped columns. Every table's key begins with ``(tenant, project, user_id,
+conversation_id)`` and every query names that whole scope, taken from the handle's bound
+:class:`~berth.storage.scope.ConversationScope` (or the :class:`~berth.storage.scope.OwnerScope` of a
+listing), in its ``WHERE`` clause; no query reaches another scope's rows. Not a schema per tenant: a
+migration then runs once over one schema instead of once per tenant (thousands of them, each of which can
+fail half-way), one connection pool serves every tenant (``search_path`` would have to be switched per
+query), and the catalog stays small however many tenants there are.
+
+How writes stay atomic: each operation is one transaction. A commit locks the conversation row
+(``SELECT … FOR UPDATE``) and checks the base version inside the transaction, so two commits to one
+conversation serialize and the second is refused (``conflicting_commit``) instead of half-applying. When
+the connection drops during an operation (``pg_terminate_backend``, a restarted server, a network cut), the
+transaction rolls back and the operation is retried once on a fresh connection; a retry that finds its
+first attempt already landed (the reply was lost, not the write) returns what the first attempt did: a
+commit finds its turn committed at ``base_version + 1``, an accept or begin finds the turn in the state it
+wrote, an append finds the same blocks as the turn's last round.
+
+Owners: each store instance takes a random 64-bit key and holds a session-level advisory lock on it
+(``pg_advisory_lock``) on a connection of its own for as long as it is open; every turn it accepts or begins
+records that key as its ``owner``. An owner whose lock is free (``pg_try_advisory_xact_lock`` succeeds from
+another session) is gone, and its ``accepted`` or ``running`` turns are recorded ``interrupted`` (at
+:meth:`~PostgresConversationStore.open`, by
+:meth:`~PostgresConversationStore.recover_interrupted_turns`, and by each load of the conversation). The
+check's lock is transaction-scoped, so it is released when the recording transaction ends. (Should the
+owner connection itself drop while the instance lives, its lock is gone and another instance may record its
+running turns interrupted; re-taking the lock on a new connection is not done yet.)
+"""
+
+# Every query is built from the module's constant fragments; values are always bound parameters.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar, cast
+
+import asyncpg  # type: ignore[import-untyped, unused-ignore]
+
+from berth.config.errors import ConfigError
+from berth.storage.conversations import (
+    BlockRecord,
+    ConversationRecord,
+    ConversationSnapshot,
+    InterruptedTurn,
+    LoggedBlock,
+    SourceRecord,
+    StorageError,
+    TimelineChange,
+    TurnCommit,
+    TurnLog,
+    TurnRecord,
+    TurnRound,
+    TurnState,
+    TurnUsage,
+)
+from berth.storage.scope import ConversationScope, OwnerScope
+
+__all__ = ["REQUIRED_MIGRATIONS", "PostgresConversationHandle", "PostgresConversationStore"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+Connection = Any
+"""An ``asyncpg.Connection`` (asyncpg ships no type information)."""
+
+REQUIRED_MIGRATIONS: Final = ("0001_conversations",)
+"""The migrations (``berth_schema_migrations.version``) this store's queries need."""
+
+_CONNECTION_LOST: Final[tuple[type[BaseException], ...]] = (
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,  # pg_terminate_backend
+    asyncpg.CrashShutdownError,
+    ConnectionError,
+)
+"""Errors that mean the connection is gone and its transaction rolled back: the operation may be retried."""
+
+_SCOPE: Final = "tenant=$1 AND project=$2 AND user_id=$3 AND conversation_id=$4"
+"""The scope condition every per-conversation query carries (its first four parameters)."""
+
+_ROUNDS: Final = (
+    "CASE WHEN committed THEN rounds ELSE (SELECT COALESCE(MAX(l.round), 0) FROM berth_turn_log l"
+    " WHERE l.tenant=$1 AND l.project=$2 AND l.user_id=$3 AND l.conversation_id=$4 AND l.turn_id=turns.turn_id) END"
+)
+"""A turn's round count: recorded at its commit; until then, the last round its log holds."""
+
+_SELECT_TURN: Final = (
+    "SELECT turn_id, state, started_at, ended_at, generation, "
+    + _ROUNDS
+    + " AS rounds, input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, exit_reason,"
+    " committed FROM berth_turns turns WHERE " + _SCOPE
+)
+"""The columns :func:`_turn_record` reads (a query adds its further conditions and order)."""
+
+_MARK_GONE_OWNERS_INTERRUPTED: Final = (
+    "UPDATE berth_turns SET state='interrupted' WHERE NOT committed AND state IN ('accepted', 'running')"
+    " AND owner <> $5 AND pg_try_advisory_xact_lock(owner)"
+)
+"""Record as interrupted the unfinished turns whose owner's advisory lock is free (the owner is gone).
+Parameters: the scope ($1 to $4, when a scope condition is added) and this store's own key ($5)."""
+
+_INSERT_TIMELINE_ROWS: Final = (
+    "INSERT INTO berth_timeline (tenant, project, user_id, conversation_id, position, turn_id, path, type,"
+    " log_round, log_position, block)"
+    " SELECT $1, $2, $3, $4, * FROM unnest($5::int[], $6::text[], $7::text[], $8::text[], $9::int[], $10::int[],"
+    " $11::text[])"
+    " ON CONFLICT (tenant, project, user_id, conversation_id, position) DO UPDATE SET turn_id=excluded.turn_id,"
+    " path=excluded.path, type=excluded.type, log_round=excluded.log_round, log_position=excluded.log_position,"
+    " block=excluded.block"
+)
+
+_TIMELINE_JOIN_LOG: Final = (
+    "FROM berth_timeline t LEFT JOIN berth_turn_log l ON t.block IS NULL AND l.tenant=t.tenant"
+    " AND l.project=t.project AND l.user_id=t.user_id AND l.conversation_id=t.conversation_id"
+    " AND l.turn_id=t.turn_id AND l.round=t.log_round AND l.position=t.log_position AND l.path=t.path"
+    " WHERE t.tenant=$1 AND t.project=$2 AND t.user_id=$3 AND t.conversation_id=$4"
+)
+"""Joins each timeline row that refers to the turn log with the entry it names (the path must match)."""
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("storage timestamps must be timezone-aware")
+    return value.astimezone(UTC)
+
+
+def _checked_artifact_path(path: str) -> str:
+    """Return ``path`` if it is a safe relative POSIX path; raise ``unsafe_artifact_path`` otherwise."""
+    bad = (
+        not path
+        or "\x00" in path
+        or "\\" in path
+        or path.startswith("/")
+        or any(part in ("", ".", "..") for part in path.split("/"))
+    )
+    if bad or PurePosixPath(path).is_absolute():
+        raise StorageError("unsafe_artifact_path", f"artifact path {path[:120]!r} must be relative, without '..'")
+    return path
+
+
+def _turn_record(row: Any) -> TurnRecord:
+    """Build a :class:`TurnRecord` from a row of :data:`_SELECT_TURN`."""
+    return TurnRecord(
+        turn_id=row["turn_id"],
+        state=cast(TurnState, row["state"]),
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        generation=row["generation"],
+        rounds=row["rounds"],
+        usage=TurnUsage(
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            cache_read_input_tokens=row["cache_read_input_tokens"],
+            cache_creation_input_tokens=row["cache_creation_input_tokens"],
+        ),
+        exit_reason=row["exit_reason"],
+    )
+
+
+def _scope_args(scope: ConversationScope) -> tuple[str, str, str, str]:
+    return (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+
+
+class PostgresConversationHandle:
+    """One conversation of a :class:`PostgresConversationStore`, bound to its scope."""
+
+    def __init__(self, store: PostgresConversationStore, scope: ConversationScope) -> None:
+        self._store = store
+        self._scope = scope
+        self._key = _scope_args(scope)
+
+    @property
+    def scope(self) -> ConversationScope:
+        """The tenant, project, user and conversation this handle is limited to."""
+        return self._scope
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    async def _rounds(self, connection: Connection, turn_id: str) -> tuple[TurnRound, ...]:
+        rows = await connection.fetch(
+            "SELECT round, path, type, block FROM berth_turn_log WHERE " + _SCOPE + " AND turn_id=$5"
+            " ORDER BY round, position",
+            *self._key,
+            turn_id,
+        )
+        rounds: dict[int, list[BlockRecord]] = {}
+        for row in rows:
+            rounds.setdefault(row["round"], []).append(
+                BlockRecord(turn_id=turn_id, path=row["path"], type=row["type"], json=row["block"])
+            )
+        return tuple(TurnRound(index=index, blocks=tuple(blocks)) for index, blocks in rounds.items())
+
+    async def load(self, *, known_version: int | None = None, turn_index: bool = True) -> ConversationSnapshot:
+        """Read the committed timeline, the sources pool, the turn index and the logs of interrupted turns.
+
+        One transaction holding the conversation row ``FOR SHARE``, so no commit lands between its reads.
+        Turns of this conversation left unfinished by an owner that is gone are recorded ``interrupted`` first.
+
+        :param known_version: the version of a timeline the caller holds; when it is still the stored
+            one, the timeline is not read (the snapshot's ``timeline`` is ``None``).
+        :param turn_index: with ``False``, ``turns`` holds only the interrupted turns of ``uncommitted``.
+        """
+
+        async def work(connection: Connection, retried: bool) -> ConversationSnapshot:
+            version = await connection.fetchval(
+                "SELECT version FROM berth_conversations WHERE " + _SCOPE + " FOR SHARE", *self._key
+            )
+            if version is None:
+                return ConversationSnapshot(
+                    scope=self._scope, timeline=(), version=0, sources=(), turns=(), uncommitted=()
+                )
+            await connection.execute(
+                _MARK_GONE_OWNERS_INTERRUPTED + " AND " + _SCOPE, *self._key, self._store.owner_key
+            )
+            turn_rows = await connection.fetch(
+                _SELECT_TURN + ("" if turn_index else " AND state='interrupted' AND NOT committed") + " ORDER BY seq",
+                *self._key,
+            )
+            turns = tuple(_turn_record(row) for row in turn_rows)
+            uncommitted = []
+            for turn, row in zip(turns, turn_rows, strict=True):
+                if turn.state == "interrupted" and not row["committed"]:
+                    uncommitted.append(TurnLog(turn=turn, rounds=await self._rounds(connection, turn.turn_id)))
+            sources = tuple(
+                SourceRecord(sid=row["sid"], json=row["row"])
+                for row in await connection.fetch(
+                    "SELECT sid, row FROM berth_sources WHERE " + _SCOPE + " ORDER BY sid", *self._key
+                )
+            )
+            timeline = None
+            if version != known_version:
+                timeline = tuple(
+                    BlockRecord(turn_id=row[0], path=row[1], type=row[2], json=row[3])
+                    for row in await connection.fetch(
+                        "SELECT t.turn_id, t.path, t.type, COALESCE(t.block, l.block) "
+                        + _TIMELINE_JOIN_LOG
+                        + " ORDER BY t.position",
+                        *self._key,
+                    )
+                )
+            return ConversationSnapshot(
+                scope=self._scope,
+                timeline=timeline,
+                version=version,
+                sources=sources,
+                turns=turns,
+                uncommitted=tuple(uncommitted),
+            )
+
+        return await self._store.transaction(work)
+
+    async def read_turn_log(self, turn_id: str) -> TurnLog:
+        """Return one turn's log (every round appended, whatever compaction later dropped)."""
+
+        async def work(connection: Connection, retried: bool) -> TurnLog:
+            row = await connection.fetchrow(_SELECT_TURN + " AND turn_id=$5", *self._key, turn_id)
+            if row is None:
+                raise StorageError("turn_not_found", f"this conversation has no turn {turn_id!r}")
+            return TurnLog(turn=_turn_record(row), rounds=await self._rounds(connection, turn_id))
+
+        return await self._store.transaction(work)
+
+    async def read_artifact(self, path: str) -> bytes:
+        """Return a committed artifact of this conversation."""
+        checked = _checked_artifact_path(path)
+
+        async def work(connection: Connection, retried: bool) -> bytes:
+            data = await connection.fetchval(
+                "SELECT data FROM berth_artifacts WHERE " + _SCOPE + " AND path=$5", *self._key, checked
+            )
+            if data is None:
+                raise StorageError("artifact_not_found", f"no committed artifact at {checked!r}")
+            return bytes(data)
+
+        return await self._store.transaction(work)
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    async def _next_seq(self, connection: Connection, now: datetime) -> int:
+        """Create the conversation row if needed and count one more turn; return the new turn's ``seq``.
+
+        The update locks the conversation row until the transaction ends, so turns get distinct ``seq``s.
+        """
+        await connection.execute(
+            "INSERT INTO berth_conversations (tenant, project, user_id, conversation_id, created_at, updated_at)"
+            " VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT DO NOTHING",
+            *self._key,
+            now,
+        )
+        seq = await connection.fetchval(
+            "UPDATE berth_conversations SET turn_count = turn_count + 1 WHERE " + _SCOPE + " RETURNING turn_count - 1",
+            *self._key,
+        )
+        return cast(int, seq)
+
+    async def _insert_blocks(
+        self, connection: Connection, turn_id: str, index: int, blocks: Sequence[BlockRecord]
+    ) -> None:
+        for record in blocks:
+            if record.turn_id != turn_id:
+                raise ValueError(f"block {record.path!r} belongs to {record.turn_id!r}, not to turn {turn_id!r}")
+        if not blocks:
+            return
+        await connection.execute(
+            "INSERT INTO berth_turn_log (tenant, project, user_id, conversation_id, turn_id, round, position, path,"
+            " type, block) SELECT $1, $2, $3, $4, $5, $6, *"
+            " FROM unnest($7::int[], $8::text[], $9::text[], $10::text[])",
+            *self._key,
+            turn_id,
+            index,
+            list(range(len(blocks))),
+            [r.path for r in blocks],
+            [r.type for r in blocks],
+            [r.json for r in blocks],
+        )
+
+    async def _upsert_sources(self, connection: Connection, sources: Sequence[SourceRecord]) -> None:
+        if not sources:
+            return
+        await connection.execute(
+            "INSERT INTO berth_sources (tenant, project, user_id, conversation_id, sid, row)"
+            " SELECT $1, $2, $3, $4, * FROM unnest($5::int[], $6::text[])"
+            " ON CONFLICT (tenant, project, user_id, conversation_id, sid) DO UPDATE SET row=excluded.row",
+            *self._key,
+            [s.sid for s in sources],
+            [s.json for s in sources],
+        )
+
+    async def accept_turn(self, turn_id: str, *, accepted_at: datetime, head: tuple[BlockRecord, ...]) -> None:
+        """Record an ``accepted`` turn and its head, durably (committed before it returns)."""
+        at = _aware(accepted_at)
+        owner = self._store.owner_key
+
+        async def work(connection: Connection, retried: bool) -> None:
+            found = await connection.fetchrow(
+                "SELECT state, owner, started_at FROM berth_turns WHERE " + _SCOPE + " AND turn_id=$5",
+                *self._key,
+                turn_id,
+            )
+            if found is not None:
+                if retried and (found["state"], found["owner"], found["started_at"]) == ("accepted", owner, at):
+                    return  # the first attempt landed; its reply was lost
+                raise StorageError("turn_exists", f"turn {turn_id!r} is already used; use a new turn id")
+            seq = await self._next_seq(connection, at)
+            await connection.execute(
+                "INSERT INTO berth_turns (tenant, project, user_id, conversation_id, turn_id, seq, state, started_at,"
+                " owner) VALUES ($1, $2, $3, $4, $5, $6, 'accepted', $7, $8)",
+                *self._key,
+                turn_id,
+                seq,
+                at,
+                owner,
+            )
+            await self._insert_blocks(connection, turn_id, 0, head)
+
+        await self._store.transaction(work)
+
+    async def end_unstarted_turn(self, turn_id: str, *, state: TurnState, ended_at: datetime) -> None:
+        """End an ``accepted`` turn that never began; does nothing to a turn in any other state."""
+        at = _aware(ended_at)
+
+        async def work(connection: Connection, retried: bool) -> None:
+            await connection.execute(
+                "UPDATE berth_turns SET state=$6, committed=TRUE, ended_at=$7, exit_reason=$6 WHERE "
+                + _SCOPE
+                + " AND turn_id=$5 AND state='accepted'",
+                *self._key,
+                turn_id,
+                state,
+                at,
+            )
+
+        await self._store.transaction(work)
+
+    async def begin_turn(
+        self, turn_id: str, *, started_at: datetime, generation: str | None, head: tuple[BlockRecord, ...]
+    ) -> None:
+        """Record a new ``running`` turn and its head blocks (round 0 of its log); an ``accepted`` turn of that
+        id becomes ``running``, its head replaced."""
+        at = _aware(started_at)
+        owner = self._store.owner_key
+
+        async def work(connection: Connection, retried: bool) -> None:
+            found = await connection.fetchrow(
+                "SELECT state, owner, started_at, generation FROM berth_turns WHERE "
+                + _SCOPE
+                + " AND turn_id=$5 FOR UPDATE",
+                *self._key,
+                turn_id,
+            )
+            if found is not None and found["state"] != "accepted":
+                landed = (found["state"], found["owner"], found["started_at"], found["generation"]) == (
+                    "running",
+                    owner,
+                    at,
+                    generation,
+                )
+                if retried and landed:
+                    return  # the first attempt landed; its reply was lost
+                raise StorageError("turn_exists", f"turn {turn_id!r} was already begun; use a new turn id")
+            if found is None:
+                seq = await self._next_seq(connection, at)
+                await connection.execute(
+                    "INSERT INTO berth_turns (tenant, project, user_id, conversation_id, turn_id, seq, state,"
+                    " started_at, generation, owner) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, $9)",
+                    *self._key,
+                    turn_id,
+                    seq,
+                    at,
+                    generation,
+                    owner,
+                )
+            else:
+                await connection.execute(
+                    "UPDATE berth_turns SET state='running', started_at=$6, generation=$7, owner=$8 WHERE "
+                    + _SCOPE
+                    + " AND turn_id=$5",
+                    *self._key,
+                    turn_id,
+                    at,
+                    generation,
+                    owner,
+                )
+                await connection.execute(
+                    "DELETE FROM berth_turn_log WHERE " + _SCOPE + " AND turn_id=$5 AND round=0", *self._key, turn_id
+                )
+            await self._insert_blocks(connection, turn_id, 0, head)
+
+        await self._store.transaction(work)
+
+    async def _locked_turn(self, connection: Connection, turn_id: str) -> tuple[str, bool, int, int | None]:
+        """Lock the turn's row; return its state, whether it is committed, its round count and committed version."""
+        row = await connection.fetchrow(
+            "SELECT state, committed, committed_version, "
+            + _ROUNDS
+            + " AS rounds FROM berth_turns turns WHERE "
+            + _SCOPE
+            + " AND turn_id=$5 FOR UPDATE",
+            *self._key,
+            turn_id,
+        )
+        if row is None:
+            raise StorageError("turn_not_found", f"turn {turn_id!r} was never begun; call begin_turn first")
+        return row["state"], row["committed"], row["rounds"], row["committed_version"]
+
+    async def append_round(
+        self, turn_id: str, blocks: tuple[BlockRecord, ...], *, sources: tuple[SourceRecord, ...] = ()
+    ) -> int:
+        """Append one completed round to the turn log in one transaction; return its round index."""
+
+        async def work(connection: Connection, retried: bool) -> int:
+            state, _, rounds, _ = await self._locked_turn(connection, turn_id)
+            if retried and rounds > 0 and await self._round_holds(connection, turn_id, rounds, blocks):
+                return rounds  # the first attempt landed; its reply was lost
+            if state != "running":
+                raise StorageError("turn_not_running", f"turn {turn_id!r} is {state}; rounds go to running turns")
+            index = rounds + 1
+            await self._insert_blocks(connection, turn_id, index, blocks)
+            await self._upsert_sources(connection, sources)
+            return index
+
+        return await self._store.transaction(work)
+
+    async def _round_holds(
+        self, connection: Connection, turn_id: str, index: int, blocks: Sequence[BlockRecord]
+    ) -> bool:
+        """Whether round ``index`` of the turn's log holds exactly ``blocks``."""
+        rows = await connection.fetch(
+            "SELECT path, block FROM berth_turn_log WHERE " + _SCOPE + " AND turn_id=$5 AND round=$6 ORDER BY position",
+            *self._key,
+            turn_id,
+            index,
+        )
+        return [(row["path"], row["block"]) for row in rows] == [(b.path, b.json) for b in blocks]
+
+    async def commit_turn(self, commit: TurnCommit) -> int:
+        """Write the timeline, sources, final round, artifacts and turn state in one transaction; return the new
+        version.
+
+        :raises StorageError: ``turn_not_found``, ``conflicting_commit``, ``unsafe_artifact_path``,
+            ``unknown_logged_block`` (nothing is written then).
+        """
+        artifacts = [
+            (_checked_artifact_path(a.path), hashlib.sha256(a.data).hexdigest(), len(a.data), a.data)
+            for a in commit.artifacts
+        ]
+        ended_at = _aware(commit.ended_at)
+
+        async def work(connection: Connection, retried: bool) -> int:
+            return await self.apply_commit(connection, commit, ended_at, artifacts, retried=retried)
+
+        return await self._store.transaction(work)
+
+    async def apply_commit(
+        self,
+        connection: Connection,
+        commit: TurnCommit,
+        ended_at: datetime,
+        artifacts: Sequence[tuple[str, str, int, bytes]],
+        *,
+        retried: bool,
+    ) -> int:
+        """The body of :meth:`commit_turn`, inside its transaction on ``connection``.
+
+        :param retried: this is the retry of an attempt whose connection dropped: a turn found committed at
+            ``base_version + 1`` is that attempt's commit, which landed; its version is returned.
+        """
+        version = await connection.fetchval(
+            "SELECT version FROM berth_conversations WHERE " + _SCOPE + " FOR UPDATE", *self._key
+        )
+        if version is None:
+            raise StorageError("turn_not_found", f"turn {commit.turn_id!r} was never begun; call begin_turn first")
+        _, committed, rounds, committed_version = await self._locked_turn(connection, commit.turn_id)
+        if committed:
+            if retried and committed_version == commit.base_version + 1:
+                return committed_version
+            raise StorageError("conflicting_commit", f"turn {commit.turn_id!r} was already committed")
+        if version != commit.base_version:
+            raise StorageError(
+                "conflicting_commit",
+                f"the conversation changed since version {commit.base_version}; reload it and retry",
+            )
+        if commit.final_round:
+            rounds += 1
+            await self._insert_blocks(connection, commit.turn_id, rounds, commit.final_round)
+        await self._write_timeline(connection, commit.timeline)
+        await self._upsert_sources(connection, commit.sources)
+        if artifacts:
+            await connection.executemany(
+                "INSERT INTO berth_artifacts (tenant, project, user_id, conversation_id, path, sha256, size, turn_id,"
+                " data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                " ON CONFLICT (tenant, project, user_id, conversation_id, path) DO UPDATE SET sha256=excluded.sha256,"
+                " size=excluded.size, turn_id=excluded.turn_id, data=excluded.data",
+                [(*self._key, path, digest, size, commit.turn_id, data) for path, digest, size, data in artifacts],
+            )
+        usage = commit.usage
+        new_version = commit.base_version + 1
+        await connection.execute(
+            "UPDATE berth_turns SET state=$6, committed=TRUE, committed_version=$7, ended_at=$8, rounds=$9,"
+            " input_tokens=$10, output_tokens=$11, cache_read_input_tokens=$12, cache_creation_input_tokens=$13,"
+            " exit_reason=$14 WHERE " + _SCOPE + " AND turn_id=$5",
+            *self._key,
+            commit.turn_id,
+            commit.state,
+            new_version,
+            ended_at,
+            rounds,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+            commit.exit_reason,
+        )
+        await connection.execute(
+            "UPDATE berth_conversations SET version=$5, updated_at=$6, title=COALESCE($7, title) WHERE " + _SCOPE,
+            *self._key,
+            new_version,
+            ended_at,
+            commit.title,
+        )
+        return new_version
+
+    async def _write_timeline(self, connection: Connection, change: TimelineChange) -> None:
+        """Apply ``change``; a block the turn log holds is stored as a reference to its log entry."""
+        await connection.execute(
+            "DELETE FROM berth_timeline WHERE " + _SCOPE + " AND position>=$5", *self._key, change.length
+        )
+        if not change.writes:
+            return
+        columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+        for position, write in change.writes:
+            if isinstance(write, LoggedBlock):
+                r = write.record
+                row: tuple[Any, ...] = (position, r.turn_id, r.path, r.type, write.round, write.position, None)
+            else:
+                row = (position, write.turn_id, write.path, write.type, None, None, write.json)
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        await connection.execute(_INSERT_TIMELINE_ROWS, *self._key, *columns)
+        dangling = await connection.fetchrow(
+            "SELECT t.position, t.path " + _TIMELINE_JOIN_LOG + " AND t.position>=$5 AND t.block IS NULL"
+            " AND l.block IS NULL LIMIT 1",
+            *self._key,
+            change.writes[0][0],
+        )
+        if dangling is not None:
+            raise StorageError(
+                "unknown_logged_block",
+                f"timeline position {dangling[0]} refers to a turn-log entry that does not hold {dangling[1]!r}",
+            )
+
+
+class PostgresConversationStore:
+    """The distributed :class:`~berth.storage.conversations.ConversationStore`: PostgreSQL through asyncpg.
+
+    :param dsn: a libpq connection string or URL (``postgresql://user@host:5432/berth``).
+    :param pool_min: connections the pool keeps open.
+    :param pool_max: connections the pool opens at most (plus one this instance holds for its owner lock).
+    """
+
+    def __init__(self, dsn: str, *, pool_min: int = 1, pool_max: int = 10) -> None:
+        self.dsn = dsn
+        self.pool_min = pool_min
+        self.pool_max = pool_max
+        self.owner_key: int = secrets.randbits(63)
+        """This instance's owner id: the key of the advisory lock it holds while open."""
+        self.interrupted_at_open: tuple[InterruptedTurn, ...] = ()
+        """The turns :meth:`open` found left unfinished by an owner that is gone (now ``interrupted``)."""
+        self._pool: Any = None
+        self._owner_connection: Connection = None
+
+    async def open(self) -> None:
+        """Open the pool, check the schema is migrated, take this instance's owner lock, then record the
+        turns of owners that are gone as interrupted.
+
+        :raises ConfigError: ``schema_behind`` when a migration this store needs was not applied.
+        """
+        self._pool = await asyncpg.create_pool(self.dsn, min_size=self.pool_min, max_size=self.pool_max)
+        try:
+            await self._check_schema()
+            self._owner_connection = await asyncpg.connect(self.dsn)
+            await self._owner_connection.execute("SELECT pg_advisory_lock($1)", self.owner_key)
+            self.interrupted_at_open = await self.recover_interrupted_turns()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _check_schema(self) -> None:
+        async with self._pool.acquire() as connection:
+            try:
+                rows = await connection.fetch("SELECT version FROM berth_schema_migrations")
+            except asyncpg.UndefinedTableError:
+                rows = []
+        missing = sorted(set(REQUIRED_MIGRATIONS) - {row["version"] for row in rows})
+        if missing:
+            raise ConfigError(
+                "schema_behind",
+                f"the PostgreSQL schema lacks migration(s) {', '.join(missing)}; run `berth migrate` to apply them",
+            )
+
+    async def transaction(self, work: Callable[[Connection, bool], Awaitable[_T]]) -> _T:
+        """Run ``work(connection, retried)`` in one transaction; retry it once on a fresh connection when the
+        connection drops (the transaction rolled back, or committed with its reply lost: ``work`` checks
+        which when ``retried`` is true).
+
+        :raises StorageError: ``store_closed`` when the store is not open.
+        """
+        for attempt in range(2):
+            pool = self._pool
+            if pool is None:
+                raise StorageError("store_closed", "the conversation store is closed; open it before use")
+            try:
+                async with pool.acquire() as connection:
+                    try:
+                        async with connection.transaction():
+                            return await work(connection, attempt > 0)
+                    except asyncpg.InternalClientError:
+                        # A pooled connection the server ended while it sat idle can fail its next statement
+                        # with a protocol-state error instead of a connection error: drop it from the pool.
+                        connection.terminate()
+                        raise
+            except (*_CONNECTION_LOST, asyncpg.InternalClientError) as error:
+                if attempt:
+                    raise
+                log.warning("the PostgreSQL connection dropped (%s); retrying the operation once", error)
+                # What ended one connection (a restarted server, a cut network) likely ended its idle siblings:
+                # the pool replaces each on its next acquire instead of handing out a dead one.
+                await pool.expire_connections()
+        raise AssertionError("unreachable")
+
+    async def recover_interrupted_turns(self) -> tuple[InterruptedTurn, ...]:
+        """Record every turn left ``accepted`` or ``running`` by an owner that is gone as ``interrupted``;
+        return them. Turns of a live owner (this instance, or another holding its lock) are left alone."""
+
+        async def work(connection: Connection, retried: bool) -> tuple[InterruptedTurn, ...]:
+            rows = await connection.fetch(
+                "WITH gone AS (SELECT tenant, project, user_id, conversation_id, turn_id, state, seq FROM berth_turns"
+                " WHERE NOT committed AND state IN ('accepted', 'running') AND owner <> $1"
+                " AND pg_try_advisory_xact_lock(owner) FOR UPDATE)"
+                " UPDATE berth_turns t SET state='interrupted' FROM gone WHERE t.tenant=gone.tenant"
+                " AND t.project=gone.project AND t.user_id=gone.user_id AND t.conversation_id=gone.conversation_id"
+                " AND t.turn_id=gone.turn_id"
+                " RETURNING gone.tenant, gone.project, gone.user_id, gone.conversation_id, gone.turn_id, gone.state,"
+                " gone.seq",
+                self.owner_key,
+            )
+            ordered = sorted(
+                rows, key=lambda r: (r["tenant"], r["project"], r["user_id"], r["conversation_id"], r["seq"])
+            )
+            return tuple(
+                InterruptedTurn(
+                    scope=ConversationScope(
+                        tenant=row["tenant"],
+                        project=row["project"],
+                        user_id=row["user_id"],
+                        conversation_id=row["conversation_id"],
+                    ),
+                    turn_id=row["turn_id"],
+                    was=cast(TurnState, row["state"]),
+                )
+                for row in ordered
+            )
+
+        return await self.transaction(work)
+
+    async def aclose(self) -> None:
+        """Close the pool, then release the owner lock (this instance's unfinished turns count as interrupted
+        from then on); the store refuses further work (``store_closed``)."""
+        pool, self._pool = self._pool, None
+        owner, self._owner_connection = self._owner_connection, None
+        try:
+            if pool is not None:
+                await pool.close()
+        finally:
+            if owner is not None:
+                await owner.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def conversation(self, scope: ConversationScope) -> PostgresConversationHandle:
+        """Return a handle bound to one conversation (created on its first write)."""
+        return PostgresConversationHandle(self, scope)
+
+    async def list_conversations(self, owner: OwnerScope) -> tuple[ConversationRecord, ...]:
+        """Return the conversation index of one user in one tenant/project, newest first."""
+
+        async def work(connection: Connection, retried: bool) -> tuple[ConversationRecord, ...]:
+            rows = await connection.fetch(
+                "SELECT conversation_id, title, created_at, updated_at, turn_count FROM berth_conversations"
+                " WHERE tenant=$1 AND project=$2 AND user_id=$3 ORDER BY updated_at DESC, conversation_id",
+                owner.tenant,
+                owner.project,
+                owner.user_id,
+            )
+            return tuple(
+                ConversationRecord(
+                    scope=owner.conversation(row["conversation_id"]),
+                    title=row["title"],
+                    created_at=row["created_at"],
+                    updated_at=row["updated_at"],
+                    turn_count=row["turn_count"],
+                )
+                for row in rows
+            )
+
+        return await self.transaction(work)

@@ -1,0 +1,59 @@
+"""The connection pool a PostgreSQL store uses: its own (from a DSN) or one shared with the other stores."""
+
+from __future__ import annotations
+
+import asyncpg  # type: ignore[import-untyped, unused-ignore]
+
+from berth_postgres.migrations import PostgresUnavailableError, describe_server, require_current
+
+__all__ = ["StorePool"]
+
+
+class StorePool:
+    """An asyncpg pool a store opens and closes: built from ``dsn`` (owned) or given (shared, closed by its owner).
+
+    Opening checks that the schema is current (:func:`~berth_postgres.migrations.require_current`), so a store never
+    runs on a schema that ``berth migrate`` has not brought up to date.
+    """
+
+    def __init__(
+        self, dsn: str | None = None, *, pool: asyncpg.Pool | None = None, min_size: int = 1, max_size: int = 10
+    ) -> None:
+        if (dsn is None) == (pool is None):
+            raise ValueError("give either a DSN or a shared pool")
+        self._dsn = dsn
+        self._pool = pool
+        self._owned = pool is None
+        self._sizes = (min_size, max_size)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The open pool."""
+        if self._pool is None:
+            raise RuntimeError("the store is not open")
+        return self._pool
+
+    async def open(self) -> None:
+        """Create the pool (when owned) and refuse a schema that is behind."""
+        if self._pool is None:
+            assert self._dsn is not None
+            try:
+                self._pool = await asyncpg.create_pool(
+                    self._dsn, min_size=self._sizes[0], max_size=self._sizes[1], timeout=10.0
+                )
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                raise PostgresUnavailableError(
+                    f"cannot connect to PostgreSQL at {describe_server(self._dsn)}: {type(exc).__name__}"
+                ) from None
+        try:
+            async with self.pool.acquire() as connection:
+                await require_current(connection)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the pool when this store owns it."""
+        if self._owned and self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
