@@ -27,7 +27,9 @@ from berth.execution.supervisor import SupervisorRefusal
 
 pytestmark = pytest.mark.sandbox
 
-LIMITS = ExecLimits(timeout_s=4, memory_mb=256, cpu_s=2, processes=32, file_size_mb=4)
+# cpu_s well under timeout_s: on a loaded 2-core machine a busy loop (in a CPU-quota container started within the
+# wall time) must reach its CPU limit long before the wall clock runs out
+LIMITS = ExecLimits(timeout_s=4, memory_mb=256, cpu_s=1, processes=32, file_size_mb=4)
 
 
 class EchoTools:
