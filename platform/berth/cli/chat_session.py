@@ -59,6 +59,11 @@ def split_live_line(text: str) -> tuple[LiveKind, str]:
     return "followup", text
 
 
+def turn_of(events_url: str) -> str:
+    """The turn id in a turn's events URL (``…/turns/<turn_id>/events``)."""
+    return events_url.rstrip("/").split("/")[-2]
+
+
 def refusal_text(status: int, body: bytes) -> str:
     """What the host's JSON error says (``message (code)``), or the raw status."""
     try:
@@ -158,7 +163,7 @@ class HttpChat:
             click.secho(f"refused: {refusal_text(response.status_code, await response.aread())}", fg="red", err=True)
             await response.aclose()
             return None
-        self._turn_id = response.headers["content-location"].rstrip("/").split("/")[-2]
+        self._turn_id = turn_of(response.headers["content-location"])
         return self._lines(response)
 
     async def send(self, kind: LiveKind, text: str) -> Lines | None:
@@ -174,7 +179,7 @@ class HttpChat:
 
     async def follow(self, events_url: str) -> Lines:
         """GET the turn's event stream."""
-        self._turn_id = events_url.rstrip("/").split("/")[-2]
+        self._turn_id = turn_of(events_url)
         response = await self._client.send(self._client.build_request("GET", events_url, timeout=None), stream=True)
         return self._lines(response)
 
@@ -219,7 +224,7 @@ class InProcessChat:
 
     async def follow(self, events_url: str) -> Lines:
         """The events of a turn of this host, by its URL."""
-        return self._lines(events_url.rstrip("/").split("/")[-2])
+        return self._lines(turn_of(events_url))
 
     async def _lines(self, turn_id: str) -> Lines:
         self._turn_id = turn_id

@@ -6,7 +6,6 @@ Not a ``conftest.py``: test modules import what they use, so each says where its
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from contextlib import contextmanager
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
+from berth.config.environment import running_in_ci
 from berth.testing.services import port_open
 
 SERVER: str = "postgresql://postgres@127.0.0.1:5432"
@@ -35,7 +35,7 @@ def scratch_database() -> Iterator[str]:
     Without a server on 127.0.0.1:5432 the tests using it are skipped (failed under ``CI=true``).
     """
     if not port_open(5432)():
-        if os.environ.get("CI") == "true":
+        if running_in_ci():
             pytest.fail("PostgreSQL on 127.0.0.1:5432 is required in CI")
         pytest.skip("needs PostgreSQL on 127.0.0.1:5432")
     name = f"berth_test_{secrets.token_hex(6)}"

@@ -273,7 +273,7 @@ async def start_turn(
     running = await host.start_turn(
         meta.scope, bundle, body.message, turn_id=body.turn_id, attachments=attachments, user_timezone=body.timezone
     )
-    url = f"/v1/{tenant}/{project}/conversations/{conversation_id}/turns/{running.turn_id}/events"
+    url = events_url(meta.scope, running.turn_id)
     if "text/event-stream" in request.headers.get("accept", ""):
         return _event_stream(running.log.frames(), {"Content-Location": url})
     return TurnStarted(turn_id=running.turn_id, events_url=url)
