@@ -15,7 +15,7 @@ import yaml
 
 from berth.host.broadcast import WorkerReport, read_worker_reports
 
-pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("clean_berth_env")]
+pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.usefixtures("clean_berth_env")]
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
 BERTH = str(Path(sys.executable).parent / "berth")
@@ -39,7 +39,16 @@ def berth_tools(ctx):
 
 
 @pytest.fixture
-def descriptors(tmp_path: Path) -> Path:
+def database() -> Iterator[str]:
+    """A scratch PostgreSQL database with the schema migrated (a distributed worker refuses one that is behind)."""
+    from berth_postgres.testing import scratch_database
+
+    with scratch_database(migrated=True) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def descriptors(tmp_path: Path, database: str) -> Path:
     bundle = tmp_path / "alpha"
     bundle.mkdir()
     (bundle / "__init__.py").write_text(BUNDLE.replace("{version}", "1.0"))
@@ -47,7 +56,7 @@ def descriptors(tmp_path: Path) -> Path:
     root.mkdir()
     storage = {
         "kind": "distributed",
-        "postgres": {"dsn": "postgresql://postgres@127.0.0.1:5432/test"},
+        "postgres": {"dsn": database},
         "redis": {"url": "secret:redis_url"},
     }
     (root / "assembly.yaml").write_text(yaml.safe_dump({"platform": {"storage": storage}}))
@@ -58,7 +67,7 @@ def descriptors(tmp_path: Path) -> Path:
 
 def start_worker(descriptors: Path, worker_id: str) -> subprocess.Popen[str]:
     process = subprocess.Popen(
-        [BERTH, "worker", "--descriptors", str(descriptors), "--worker-id", worker_id, "--no-watch"],
+        [BERTH, "worker", "--descriptors", str(descriptors), "--worker-id", worker_id, "--no-watch", "--demo"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -154,6 +154,62 @@ class Admission:
             )
         return TurnAdmission(self, tenant, turn_id, reservation)
 
+    async def admit_queued(self, tenant: str, turn_id: str, *, queued: int) -> bool:
+        """Admit one turn of ``tenant`` to the turn queue (distributed mode); return whether it took a lease of
+        the tenant's concurrent turns (the worker that runs the turn takes the lease over and returns it).
+
+        503 when the queue already holds ``backpressure.queue_max`` turns; 429 when the tenant is full.
+        """
+        gateway = self._gateway()
+        backpressure = gateway.backpressure
+        if queued >= backpressure.queue_max:
+            raise self._refusal(
+                tenant,
+                "backpressure",
+                503,
+                "overloaded",
+                f"the turn queue holds {queued} turns, its limit; retry in {backpressure.retry_after_s:g} s",
+                backpressure.retry_after_s,
+                queued=queued,
+            )
+        capacity = gateway.limits.for_tenant(tenant).concurrent_turns
+        if capacity is None:
+            return False
+        try:
+            granted = await self.counters.acquire(f"turns:{tenant}", turn_id, capacity)
+        except CountersUnavailableError as exc:
+            log.warning("admission counters unavailable, turn let in: %s", exc)
+            return False
+        if not granted:
+            raise self._refusal(
+                tenant,
+                "concurrent_turns",
+                429,
+                "too_many_turns",
+                f"tenant {tenant} already runs {capacity} turns, its limit of concurrent turns; "
+                f"retry in {backpressure.retry_after_s:g} s",
+                backpressure.retry_after_s,
+                concurrent_turns=capacity,
+            )
+        hand_over = getattr(self.counters, "hand_over", None)
+        if hand_over is not None:
+            hand_over(f"turns:{tenant}", turn_id)
+        return True
+
+    async def adopt_lease(self, tenant: str, turn_id: str) -> None:
+        """Hold the lease another process took for ``turn_id`` (the worker running a queued turn)."""
+        adopt = getattr(self.counters, "adopt", None)
+        if adopt is None:
+            return
+        try:
+            await adopt(f"turns:{tenant}", turn_id)
+        except CountersUnavailableError as exc:
+            log.warning("admission counters unavailable, lease of turn %s not renewed: %s", turn_id, exc)
+
+    async def release_lease(self, tenant: str, turn_id: str) -> None:
+        """Return the tenant lease of ``turn_id`` (taken by :meth:`admit_queued`)."""
+        await self._release_lease(tenant, turn_id)
+
     def _refusal(
         self, tenant: str, reason: str, status: int, code: str, message: str, retry_after_s: float, **details: Any
     ) -> ApiError:

@@ -36,8 +36,12 @@ def build_services(
     var_root: Path | None = None,
     watch: bool = False,
     platform_overrides: dict[str, Any] | None = None,
+    worker_id: str | None = None,
 ) -> HostServices:
-    """Host services over a descriptors folder (default location when None) with the installed plugins."""
+    """Host services over a descriptors folder (default location when None) with the installed plugins.
+
+    :param worker_id: this process's name in reload reports (default: host-pid).
+    """
     plugins = PlatformPlugins.discover()
     root = find_descriptors_dir(descriptors)
 
@@ -46,7 +50,8 @@ def build_services(
             root, secret_providers=plugins.secret_providers(), platform_overrides=platform_overrides
         )
 
-    services = HostServices(HostRuntime(load, plugins, watch=watch), plugins, var_root=var_root)
+    runtime = HostRuntime(load, plugins, watch=watch, worker_id=worker_id)
+    services = HostServices(runtime, plugins, var_root=var_root)
     services.initial_config = load()  # descriptor errors surface before the server starts
     return services
 

@@ -10,6 +10,7 @@ by themselves after :data:`EVENTS_TTL_S`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -44,6 +45,7 @@ class RedisTurnEventLog:
         self._ttl_s = ttl_s
         self._count = 0
         self._closed = False
+        self._writing = asyncio.Lock()  # the turn and a live event may append at once: ids must stay in order
 
     @property
     def closed(self) -> bool:
@@ -55,27 +57,43 @@ class RedisTurnEventLog:
         """How many events this writer has appended."""
         return self._count
 
+    async def exists(self) -> bool:
+        """Whether Redis still holds the turn's events (they expire :data:`EVENTS_TTL_S` after the last one)."""
+        return bool(await self._client.exists(self._key))
+
+    async def take_over(self) -> None:
+        """Continue a log another writer began (a worker resuming a turn whose worker died): the next event
+        follows the last one stored, so a client's resume position stays valid."""
+        last: Any = await self._client.xrevrange(self._key, count=1)
+        if last:
+            entry_id = last[0][0]
+            seq, _, part = (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)).partition("-")
+            self._count = int(seq)
+            self._closed = part == "1"
+
     async def append(self, event: TurnEvent) -> None:
         """Append the next event's frame (one round trip: the entry and the key's expiry)."""
-        if self._closed:
-            raise RuntimeError(f"the event log of turn {self.turn_id} is closed")
-        seq = self._count + 1
-        frame = encode_frame(f"{self.turn_id}:{seq}", event)
-        async with self._client.pipeline(transaction=False) as pipe:
-            pipe.xadd(self._key, {_FRAME: frame}, id=f"{seq}-0")
-            pipe.expire(self._key, self._ttl_s)
-            await pipe.execute()
-        self._count = seq
+        async with self._writing:
+            if self._closed:
+                raise RuntimeError(f"the event log of turn {self.turn_id} is closed")
+            seq = self._count + 1
+            frame = encode_frame(f"{self.turn_id}:{seq}", event)
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.xadd(self._key, {_FRAME: frame}, id=f"{seq}-0")
+                pipe.expire(self._key, self._ttl_s)
+                await pipe.execute()
+            self._count = seq
 
     async def close(self) -> None:
         """Mark the turn finished: readers end after the last event."""
-        if self._closed:
-            return
-        async with self._client.pipeline(transaction=False) as pipe:
-            pipe.xadd(self._key, {_END: b""}, id=f"{self._count}-1")
-            pipe.expire(self._key, self._ttl_s)
-            await pipe.execute()
-        self._closed = True
+        async with self._writing:
+            if self._closed:
+                return
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.xadd(self._key, {_END: b""}, id=f"{self._count}-1")
+                pipe.expire(self._key, self._ttl_s)
+                await pipe.execute()
+            self._closed = True
 
     async def frames(self, after: int = 0, heartbeat_s: float = 15.0) -> AsyncIterator[bytes]:
         """Frames after sequence ``after``, then new ones as they come; heartbeats while idle.

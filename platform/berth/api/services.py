@@ -6,26 +6,33 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from berth.api.admission import Admission, TurnAdmission
 from berth.api.errors import ApiError, not_found
 from berth.api.metrics import Metrics
-from berth.api.sse import TurnEventLog
+from berth.api.redis_events import RedisTurnEventLog
+from berth.api.sse import TurnEventLog, encode_frame
 from berth.api.titling import ConversationTitler
 from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import EmbedderConfig
 from berth.config.models.bundles import BundleExec
 from berth.config.models.gateway import GatewayDescriptor
 from berth.default_plugins.storage.embedded import EmbeddedStorageBackend
-from berth.default_plugins.storage.sqlite import SqliteConversationStore
-from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
+from berth.distributed.connections import DistributedConnections, distributed_backend
+from berth.distributed.control import TurnControl, decode_attachments, encode_attachments
+from berth.distributed.queue import QueueEntry, TurnQueue
+from berth.distributed.redis_client import connect_redis
+from berth.distributed.requests import TurnRequest
 from berth.execution.profiles import Execution
 from berth.gateway.counters import MemoryCounters
+from berth.gateway.redis_counters import RedisCounters
 from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
@@ -37,7 +44,11 @@ from berth.runtime.live import LiveEvent, LiveInbox, LiveInboxClosedError, Recei
 from berth.runtime.loop import ModelResolver, TurnInput, TurnRunner, record_block
 from berth.runtime.memory import Embedder, MemorySearch
 from berth.runtime.persistence import block_record
-from berth.storage.conversations import StorageError
+from berth.storage.backend import StorageBackend
+from berth.storage.claims import TurnClaims
+from berth.storage.conversations import ConversationStore, StorageError, TurnLog
+from berth.storage.memory import MemoryIndex
+from berth.storage.meta import MetaStore
 from berth.storage.scope import ConversationScope
 from berth.usage import TurnUsageMeter, UsageLedger
 
@@ -62,7 +73,7 @@ class RunningTurn:
     scope: ConversationScope
     turn_id: str
     bundle_id: str
-    log: TurnEventLog
+    log: TurnEventLog | RedisTurnEventLog
     task: asyncio.Task[Any] | None = None
     """The turn's task while it runs; dropped when it ends (a finished turn keeps only what replays its events)."""
     started: float = field(default_factory=time.monotonic)
@@ -75,9 +86,23 @@ class RunningTurn:
         self.inbox = LiveInbox(self.turn_id)
 
 
+@dataclass(frozen=True)
+class LiveDelivery:
+    """Where a live event went: into turn ``turn_id`` (recorded at ``path``; None while that turn still waits
+    in the turn queue: it takes the event when it starts), or it started turn ``turn_id``."""
+
+    turn_id: str
+    path: str | None
+    started_turn: bool
+
+
 def events_url(scope: ConversationScope, turn_id: str) -> str:
     """Where a turn's events stream (relative to the API's root)."""
     return f"/v1/{scope.tenant}/{scope.project}/conversations/{scope.conversation_id}/turns/{turn_id}/events"
+
+
+async def _single_frame(frame: bytes) -> AsyncIterator[bytes]:
+    yield frame
 
 
 def live_event_data(received: ReceivedEvent) -> dict[str, Any]:
@@ -92,8 +117,30 @@ def live_event_data(received: ReceivedEvent) -> dict[str, Any]:
     }
 
 
+@dataclass
+class DistributedParts:
+    """What a process of a distributed deployment shares with the others: Redis, the turn queue, the store's
+    claims (SPEC §8)."""
+
+    connections: DistributedConnections
+    redis: Any
+    queue: TurnQueue
+    claims: TurnClaims
+    control: TurnControl
+
+    def event_log(self, turn_id: str) -> RedisTurnEventLog:
+        """The turn's event log in Redis (any process reads it; the worker running the turn writes it)."""
+        return RedisTurnEventLog(self.redis, turn_id)
+
+
 class HostServices:
-    """Owns the long-lived parts of an API process; :meth:`start` and :meth:`stop` bracket its life."""
+    """Owns the long-lived parts of an API process (or of a ``berth worker``); :meth:`start` and :meth:`stop`
+    bracket its life.
+
+    With embedded storage a turn runs in the process that accepted it. With distributed storage the API
+    process stores the turn as accepted and queues it (:meth:`start_turn`); a worker claims it and runs it
+    (:meth:`run_queued`), writing its events to Redis, where any API process streams them.
+    """
 
     def __init__(self, runtime: HostRuntime, plugins: PlatformPlugins, *, var_root: Path | None = None) -> None:
         self.runtime = runtime
@@ -111,10 +158,12 @@ class HostServices:
         self.execution = Execution(
             plugins.exec_backends(), bundle_exec=self._bundle_exec, configuration=lambda: self.config
         )
-        self.storage: EmbeddedStorageBackend | None = None
-        self.store: SqliteConversationStore | None = None
-        self.memory_index: SqliteMemoryIndex | None = None
-        self.meta: SqliteMetaStore | None = None
+        self.storage: StorageBackend | None = None
+        self.store: ConversationStore | None = None
+        self.memory_index: MemoryIndex | None = None
+        self.meta: MetaStore | None = None
+        self.distributed: DistributedParts | None = None
+        """Redis, the turn queue and the store's claims, with distributed storage (after :meth:`start`)."""
         self.usage: UsageLedger | None = None
         """Prices, counts and stores every model call; holds the budgets (after :meth:`start`)."""
         self.models: ModelPool | None = None
@@ -154,27 +203,27 @@ class HostServices:
         # changed descriptors may change a scope's models: build its runner again on next use
         self.registry.add_listener(lambda o: self._runners.clear() if o.reason == "descriptors" else None)
         storage = self.config.settings_for().storage
-        if storage.kind != "embedded":
-            raise ConfigError(
-                "storage_unsupported",
-                "platform.storage.kind 'distributed' needs the PostgreSQL conversation store, which this build "
-                "does not have yet; use kind: embedded",
-            )
-        root = self._var_root or (self.config.descriptors.base_dir / storage.root).resolve()
-        self.storage = EmbeddedStorageBackend(root)  # the store and the memory index on one connection
-        await self.storage.open()  # records the turns a process that is gone left unfinished as interrupted
-        self.store, self.memory_index = self.storage.conversations, self.storage.memory
-        for turn in self.store.interrupted_at_open:
-            log.warning(
-                "turn %s of conversation %s/%s/%s was %s when the process serving it stopped: recorded interrupted",
-                turn.turn_id,
-                turn.scope.tenant,
-                turn.scope.project,
-                turn.scope.conversation_id,
-                turn.was,
-            )
-        self.meta = SqliteMetaStore(root)
-        await self.meta.open()
+        if storage.kind == "distributed":
+            await self._open_distributed()
+        else:
+            root = self._var_root or (self.config.descriptors.base_dir / storage.root).resolve()
+            embedded = EmbeddedStorageBackend(root)  # the store and the memory index on one connection
+            self.storage = embedded
+            await embedded.open()  # records the turns a process that is gone left unfinished as interrupted
+            self.store, self.memory_index = embedded.conversations, embedded.memory
+            for turn in embedded.conversations.interrupted_at_open:
+                log.warning(
+                    "turn %s of conversation %s/%s/%s was %s when the process serving it stopped: recorded interrupted",
+                    turn.turn_id,
+                    turn.scope.tenant,
+                    turn.scope.project,
+                    turn.scope.conversation_id,
+                    turn.was,
+                )
+            meta = SqliteMetaStore(root)
+            await meta.open()
+            self.meta = meta
+        assert self.meta is not None
         self.usage = UsageLedger(
             self.meta,
             budgets=lambda: self.config.descriptors.gateway.budgets,
@@ -206,11 +255,36 @@ class HostServices:
         await self.admission.aclose()
         if self.models is not None:
             await self.models.aclose()
-        for closable in (self.meta, self.storage):
-            if closable is not None:
-                await closable.aclose()
+        if isinstance(self.meta, SqliteMetaStore):  # a distributed backend closes its own
+            await self.meta.aclose()
+        if self.storage is not None:
+            await self.storage.aclose()
+        if self.distributed is not None:
+            await self.distributed.redis.aclose()
         await self.runtime.stop()
         self.started = False
+
+    async def _open_distributed(self) -> None:
+        """Open the PostgreSQL backend (its plugin registers kind ``distributed``), Redis and the turn queue;
+        admission counts in Redis from here on, so limits hold across every API process."""
+        backend = distributed_backend(self.config, self.plugins)
+        connections: DistributedConnections = backend.connections
+        await backend.open()  # refuses a schema that is behind: `berth migrate`
+        self.storage = backend
+        self.store, self.memory_index = backend.conversations, backend.memory
+        self.meta = getattr(backend, "meta")  # noqa: B009 - the distributed backend carries its metadata store
+        client = connect_redis(connections.redis_url)
+        queue = TurnQueue(client)
+        await queue.ensure_group()
+        self.distributed = DistributedParts(
+            connections=connections,
+            redis=client,
+            queue=queue,
+            claims=cast(TurnClaims, backend.conversations),
+            control=TurnControl(client),
+        )
+        await self.admission.counters.aclose()
+        self.admission.counters = RedisCounters(client)
 
     def runner_for(self, tenant: str, project: str) -> TurnRunner:
         """The turn runner of a scope (kept, so conversations stay resident in memory between turns)."""
@@ -255,6 +329,10 @@ class HostServices:
         (``accepted``, with the message, durably) before this returns, so the caller's 202 never names a
         turn a crash could take back.
         """
+        if self.distributed is not None:
+            return await self._queue_turn(
+                scope, bundle_id, message, turn_id=turn_id, attachments=attachments, user_timezone=user_timezone
+            )
         key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
         if key in self._busy:
             raise ApiError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
@@ -363,6 +441,251 @@ class HostServices:
         running.task.add_done_callback(lambda _: self._turn_ended(running, admitted))
         return running
 
+    async def _queue_turn(
+        self,
+        scope: ConversationScope,
+        bundle_id: str,
+        message: str,
+        *,
+        turn_id: str | None,
+        attachments: tuple[tuple[str, str, bytes], ...],
+        user_timezone: str,
+    ) -> RunningTurn:
+        """Distributed mode: admit the turn, store it as accepted with its request, queue it for a worker.
+
+        409 ``turn_in_progress`` while the conversation has a turn that has not ended (in any process).
+        """
+        assert self.distributed is not None
+        parts = self.distributed
+        turn_id = turn_id or new_id("turn")
+        self.registry.context_for(self.registry.current(bundle_id), scope.tenant, scope.project)
+        if self.usage is not None:  # every process spends: admit against what the store holds now
+            await self.usage.reload(self.config.descriptors.assembly.scopes())
+        self._metered(scope, turn_id, bundle_id)  # 429 when a budget of the scope is used up
+        lease = await self.admission.admit_queued(scope.tenant, turn_id, queued=await parts.queue.depth())
+        request = TurnRequest(bundle_id, message, user_timezone, attachments, tenant_lease=lease)
+        now = datetime.now(UTC)
+        prompt = record_block(BlockType.USER_PROMPT, turn_id, "user.prompt", now, "user", text=message)
+        try:
+            await parts.claims.accept_queued_turn(
+                scope, turn_id, accepted_at=now, head=(block_record(prompt),), request=request.to_bytes()
+            )
+        except StorageError as error:
+            if lease:
+                await self.admission.release_lease(scope.tenant, turn_id)
+            if error.code in ("turn_exists", "turn_in_progress"):
+                raise ApiError(409, error.code, error.message) from None
+            raise
+        await parts.queue.enqueue(scope, turn_id)  # lost with Redis? a worker's reconciler queues it again
+        return RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=parts.event_log(turn_id))
+
+    async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere"]:
+        """Worker side: claim a queued turn and run it to its commit.
+
+        Returns ``ran``; ``ended`` when there was nothing to run (the turn had ended, or never existed): its entry
+        is done; ``elsewhere`` when another live process runs it (it always did, or took it over while it ran
+        here because this process lost its owner lock): the entry is that process's to finish.
+
+        A turn another live process runs is left to it; a turn that has ended needs nothing (its event log is
+        closed, should its worker have died between the commit and closing it). A turn whose worker died is
+        resumed after its last logged round.
+        """
+        assert self.distributed is not None
+        parts = self.distributed
+        try:
+            claimed = await parts.claims.claim_turn(entry.scope, entry.turn_id)
+        except StorageError as error:
+            if error.code in ("turn_owned", "turn_not_found"):
+                log.info("queued turn %s is not this worker's to run: %s", entry.turn_id, error.message)
+                return "elsewhere" if error.code == "turn_owned" else "ended"
+            raise
+        events = parts.event_log(entry.turn_id)
+        await events.take_over()
+        if claimed is None:
+            if not events.closed:
+                await events.close()
+            return "ended"
+        request = TurnRequest.from_bytes(claimed.request)
+        if request.tenant_lease:
+            await self.admission.adopt_lease(entry.scope.tenant, entry.turn_id)
+        try:
+            kept = await self._run_claimed(entry, claimed.log, request, events)
+        finally:
+            if request.tenant_lease:
+                await self.admission.release_lease(entry.scope.tenant, entry.turn_id)
+        return "ran" if kept else "elsewhere"
+
+    async def _run_claimed(
+        self, entry: QueueEntry, turn_log: TurnLog, request: TurnRequest, events: RedisTurnEventLog
+    ) -> bool:
+        """Run a claimed turn in this worker, its events to Redis; resumed when its log shows it began.
+
+        Returns False when another worker took the turn over meanwhile (it goes on there; nothing is reported).
+        """
+        scope, turn_id, bundle_id = entry.scope, entry.turn_id, request.bundle_id
+        running = RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=events)
+        self.turns[turn_id] = running
+        if self.usage is not None:  # budgets are checked after each round against what every process spent
+            await self.usage.reload(self.config.descriptors.assembly.scopes())
+        meter = self.usage.meter(scope, turn_id, bundle_id) if self.usage is not None else None
+        runner = self.runner_for(scope.tenant, scope.project)
+
+        async def emit(event: TurnEvent) -> None:
+            self.metrics.observe_event(event, scope.tenant)
+            if event.type in ("turn.completed", "turn.failed"):
+                assert self.meta is not None  # the conversation shows the turn before its client hears it ended
+                await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=request.message[:80])
+                if meter is not None:
+                    await self._settle_usage(meter)
+                running.inbox.close()
+                event = await self._hand_on_unseen(running, event)
+                running.ended.set()
+            await running.log.append(event)
+
+        titled = False
+        running.task = asyncio.current_task()
+        control = self.distributed.control if self.distributed is not None else None
+        assert control is not None
+        try:
+            labels = {"conversation": scope.conversation_id, "turn": turn_id, "bundle": bundle_id}
+            with bound(tenant=scope.tenant, project=scope.project, **labels):
+                async with (
+                    control.serving(turn_id, partial(self._handle_control, running)),
+                    self.registry.use(bundle_id) as pinned,
+                ):
+                    turn = TurnInput(
+                        inbox=running.inbox,
+                        scope=scope,
+                        turn_id=turn_id,
+                        message=request.message,
+                        attachments=request.attachments,
+                        user_timezone=request.user_timezone,
+                        meter=meter,
+                        resume=turn_log,
+                    )
+                    context = self.registry.context_for(pinned, scope.tenant, scope.project)
+                    result = await runner.run(pinned, context, turn, emit)
+                    self.metrics.observe_result(result, scope.tenant)
+                titler = self.titler
+                if result.outcome in ("completed", "exited") and titler and await titler.should_title(scope):
+                    titler.start(running, request.message, result.answer)
+                    titled = True
+        except StorageError as lost:
+            if lost.code != "turn_owned":
+                await self._report_failure(running, meter, lost)
+                return True
+            log.warning("turn %s was taken over by another worker; it goes on there", turn_id)
+            titled = True  # the log is the new owner's to write and close
+            return False
+        except Exception as exc:
+            await self._report_failure(running, meter, exc)
+        finally:
+            running.inbox.close()
+            running.ended.set()
+            running.task = None
+            if not titled:
+                await running.log.close()
+            self.turns.pop(turn_id, None)
+        return True
+
+    async def _report_failure(self, running: RunningTurn, meter: TurnUsageMeter | None, exc: BaseException) -> None:
+        """A turn failed in this worker: record it (if it never began), store its usage, tell its clients."""
+        log.error("turn %s failed", running.turn_id, exc_info=exc)
+        await self._end_unstarted(running.scope, running.turn_id, "failed")
+        if meter is not None:
+            await self._settle_usage(meter)
+        await running.log.append(
+            TurnEvent("turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"})
+        )
+
+    async def _handle_control(self, running: RunningTurn, message: dict[str, Any]) -> dict[str, Any]:
+        """Worker side: a cancel, follow-up or steer an API process sent to the turn ``running``."""
+        kind = message.get("kind")
+        if kind == "cancel":
+            task = running.task
+            if task is None or running.ended.is_set():
+                return {"cancelled": False}
+            task.cancel()
+            return {"cancelled": True}
+        if kind not in ("followup", "steer"):
+            return {"error": f"unknown control message {kind!r}"}
+        event = LiveEvent(
+            kind=kind, message=str(message.get("message", "")), attachments=decode_attachments(message.get("files"))
+        )
+        try:
+            received = await running.inbox.deliver(event)
+        except LiveInboxClosedError:
+            return {"closed": True}
+        live: Literal["user.followup", "user.steer"] = "user.steer" if kind == "steer" else "user.followup"
+        await running.log.append(TurnEvent(live, live_event_data(received)))
+        return {"path": received.block.path}
+
+    async def _deliver_queued(
+        self, scope: ConversationScope, turn_id: str, event: LiveEvent, *, bundle_id: str
+    ) -> LiveDelivery:
+        """Distributed mode: send a live event to the conversation's unfinished turn, wherever it runs; start the
+        next turn with it when none is unfinished."""
+        assert self.distributed is not None and self.store is not None
+        handle = self.store.conversation(scope)
+        try:
+            await handle.read_turn_log(turn_id)
+        except StorageError:
+            raise not_found(f"turn {turn_id}") from None
+        for attempt in range(8):
+            snapshot = await handle.load()
+            current = next((t for t in snapshot.turns if t.state in ("accepted", "running")), None)
+            if current is None:
+                try:
+                    started = await self.start_turn(scope, bundle_id, event.message, attachments=event.attachments)
+                except ApiError as refused:
+                    if refused.code == "turn_in_progress":  # another event started one just now: deliver to it
+                        continue
+                    raise
+                return LiveDelivery(started.turn_id, None, started_turn=True)
+            message = {"kind": event.kind, "message": event.message, "files": encode_attachments(event.attachments)}
+            reply = await self.distributed.control.send(current.turn_id, message)
+            if reply is None:  # still queued (or its worker died): it takes the event when it (re)starts
+                return LiveDelivery(current.turn_id, None, started_turn=False)
+            if reply.get("closed"):  # it is ending: once committed, the event starts the next turn
+                await asyncio.sleep(0.05 * (attempt + 1))
+                continue
+            if "path" not in reply:
+                raise ApiError(500, "internal_error", "the turn's worker could not take the event")
+            return LiveDelivery(current.turn_id, str(reply["path"]), started_turn=False)
+        raise ApiError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
+
+    async def cancel_turn(self, scope: ConversationScope, turn_id: str) -> bool:
+        """Cancel a turn of the conversation ``scope`` names; return whether it was running (or waiting).
+
+        :raises ApiError: 404 when the conversation has no such turn.
+        """
+        running = self.turns.get(turn_id)
+        if self.distributed is None or (running is not None and running.scope == scope):
+            running = self.turn_in_scope(scope, turn_id)
+            was_running = running.task is not None and not running.task.done()
+            if was_running and running.task is not None:
+                running.task.cancel()
+            return was_running
+        assert self.store is not None
+        handle = self.store.conversation(scope)
+        try:
+            record = (await handle.read_turn_log(turn_id)).turn
+        except StorageError:
+            raise not_found(f"turn {turn_id}") from None
+        if record.state == "accepted":  # still queued: end it here, unless a worker begins it first
+            await handle.end_unstarted_turn(turn_id, state="cancelled", ended_at=datetime.now(UTC))
+            if (await handle.read_turn_log(turn_id)).turn.state == "cancelled":
+                events = self.distributed.event_log(turn_id)
+                await events.take_over()
+                if not events.closed:
+                    await events.append(TurnEvent("turn.failed", {"code": "cancelled", "message": CANCELLED_WAITING}))
+                    await events.close()
+                return True
+        elif record.state != "running":
+            return False
+        reply = await self.distributed.control.send(turn_id, {"kind": "cancel"})
+        return bool(reply and reply.get("cancelled"))
+
     def models_for(self, scope: ConversationScope) -> ModelResolver:
         """The model resolver of a scope: role (None = default) → (model reference, provider)."""
         assert self.models is not None
@@ -397,7 +720,7 @@ class HostServices:
 
     async def deliver_live_event(
         self, scope: ConversationScope, turn_id: str, event: LiveEvent, *, bundle_id: str
-    ) -> tuple[RunningTurn, ReceivedEvent | None]:
+    ) -> LiveDelivery:
         """Send a follow-up or steer to turn ``turn_id``; return the turn that took it and how.
 
         The event goes to the conversation's running turn (the one named, or a newer one that runs now):
@@ -405,6 +728,8 @@ class HostServices:
         has ended — it starts the next turn (with ``bundle_id``, the ended turn's bundle when this process
         ran it) and the returned event is None. A turn id this conversation never had is a 404.
         """
+        if self.distributed is not None:
+            return await self._deliver_queued(scope, turn_id, event, bundle_id=bundle_id)
         addressed = self.turns.get(turn_id)
         if addressed is None or addressed.scope != scope:
             addressed = None
@@ -422,14 +747,14 @@ class HostServices:
                     "user.steer" if event.kind == "steer" else "user.followup"
                 )
                 await current.log.append(TurnEvent(kind, live_event_data(received)))
-                return current, received
+                return LiveDelivery(current.turn_id, received.block.path, started_turn=False)
             try:
                 started = await self.start_turn(scope, bundle_id, event.message, attachments=event.attachments)
             except ApiError as refused:
                 if refused.code == "turn_in_progress":  # another event started one just now: deliver to it
                     continue
                 raise
-            return started, None
+            return LiveDelivery(started.turn_id, None, started_turn=True)
         raise ApiError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
 
     async def _known_turn(self, scope: ConversationScope, turn_id: str) -> None:
@@ -527,6 +852,27 @@ class HostServices:
         if running is None or running.scope != scope:
             raise not_found(f"turn {turn_id}")
         return running
+
+    async def turn_event_frames(self, scope: ConversationScope, turn_id: str, after: int) -> AsyncIterator[bytes]:
+        """A turn's SSE frames after sequence ``after``: live from the process running it, from Redis in a
+        distributed deployment (any API process serves any turn), else its end as the store records it.
+
+        :raises ApiError: 404 when the conversation has no such turn.
+        """
+        running = self.turns.get(turn_id)
+        if running is not None and running.scope == scope:
+            return running.log.frames(after)
+        if self.distributed is not None:
+            assert self.store is not None
+            try:
+                record = (await self.store.conversation(scope).read_turn_log(turn_id)).turn
+            except StorageError:
+                raise not_found(f"turn {turn_id}") from None
+            events = self.distributed.event_log(turn_id)
+            if record.state in ("accepted", "running") or await events.exists():
+                return events.frames(after)
+        ended = await self.stored_turn_end(scope, turn_id)
+        return _single_frame(encode_frame(f"{turn_id}:{after + 1}", ended))
 
     async def stored_turn_end(self, scope: ConversationScope, turn_id: str) -> TurnEvent:
         """The last event of a turn this process does not hold (it ran before a restart), from its stored record.

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import click
 
-from berth.cli.bundles import bundles_group, worker
+from berth.cli.bundles import bundles_group
 from berth.cli.descriptors import descriptors_group
 from berth.cli.errors import run_guarded
 from berth.cli.execution import exec_group
@@ -15,6 +15,7 @@ from berth.cli.migrate import migrate_command
 from berth.cli.plugins import plugins_group
 from berth.cli.serve import chat, run
 from berth.cli.usage import usage_command
+from berth.cli.worker import worker
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -152,27 +151,3 @@ def new_bundle(name: str, parent: Path) -> None:
     target = scaffold_bundle(name, parent)
     click.echo(f"created {target}")
     click.echo(f"next: pip install -e {target} && add '{name}: {{source: {{entry_point: {name}}}}}' to bundles.yaml")
-
-
-@click.command("worker")
-@DESCRIPTORS_OPTION
-@click.option("--worker-id", help="name of this process in reports (default: host-pid)")
-@click.option("--no-watch", is_flag=True, help="do not watch bundle folders and descriptors")
-def worker(descriptors: Path | None, worker_id: str | None, no_watch: bool) -> None:
-    """Run a host process: load bundles, follow reloads (and, later, claim turns) until stopped."""
-
-    async def run() -> None:
-        runtime = HostRuntime.for_descriptors(descriptors, worker_id=worker_id, watch=not no_watch)
-        outcomes = await runtime.start()
-        for outcome in outcomes:
-            state = f"generation {outcome.generation}" if outcome.ok else f"FAILED {outcome.error}"
-            click.echo(f"{outcome.bundle_id}: {state}")
-        click.echo(f"worker {runtime.worker_id} ready", err=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
-        await runtime.stop()
-
-    asyncio.run(run())

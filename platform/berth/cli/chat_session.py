@@ -214,13 +214,13 @@ class InProcessChat:
         """Deliver the event to the current turn (or start the next one)."""
         assert self._turn_id is not None
         try:
-            running, received = await self._services.deliver_live_event(
+            delivery = await self._services.deliver_live_event(
                 self._scope, self._turn_id, LiveEvent(kind, text), bundle_id=self._bundle_id
             )
         except ApiError as refused:
             click.secho(f"refused: {refused.message} ({refused.code})", fg="red", err=True)
             return None
-        return self._lines(running.turn_id) if received is None else None
+        return self._lines(delivery.turn_id) if delivery.started_turn else None
 
     async def follow(self, events_url: str) -> Lines:
         """The events of a turn of this host, by its URL."""

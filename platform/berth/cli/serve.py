@@ -19,7 +19,7 @@ from berth.cli.chat_session import ChatBackend, HttpChat, InProcessChat, convers
 from berth.config import ConfigError, Configuration
 from berth.config.environment import host_environment
 from berth.config.models.gateway import is_loopback_host
-from berth.default_plugins.models.anthropic import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
+from berth.default_plugins.models.anthropic_plugin import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
 from berth.execution.profiles import warn_unisolated
 from berth.host.models import resolve_model_secret
 from berth.logs import configure_logging

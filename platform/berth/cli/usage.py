@@ -21,10 +21,12 @@ from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.cli.descriptors import load_configuration
 from berth.cli.table import print_table
 from berth.config.environment import host_environment
-from berth.config.errors import ConfigError
 from berth.config.models.assembly import EmbeddedStorage
 from berth.default_plugins.storage.sqlite_meta import DATABASE_FILE, SqliteMetaStore
+from berth.distributed.connections import distributed_backend
+from berth.host.plugins import PlatformPlugins
 from berth.runtime.blocks import format_utc
+from berth.storage.meta import MetaStore
 from berth.storage.usage import UsageGrouping
 from berth.usage import UsageQueryError, usage_report
 from berth.usage.report import current_month
@@ -129,24 +131,35 @@ async def _local_report(
     """The report from the embedded store the descriptors (or ``--var``) name."""
     config = load_configuration(descriptors)
     storage = config.settings_for(tenant, project).storage  # an undeclared scope is an error (exit 2)
+    if var_root is None and not isinstance(storage, EmbeddedStorage):  # distributed: the PostgreSQL meta store
+        backend = distributed_backend(config, PlatformPlugins.discover())
+        await backend.open()
+        try:
+            return await _report(backend.meta, tenant, project, start, end, group_by)
+        finally:
+            await backend.aclose()
     if var_root is not None:
         root = var_root
-    elif isinstance(storage, EmbeddedStorage):
-        root = (config.descriptors.base_dir / storage.root).resolve()
     else:
-        raise ConfigError(
-            "storage_unsupported", "platform.storage.kind is not embedded: ask a running host with --url instead"
-        )
+        assert isinstance(storage, EmbeddedStorage)
+        root = (config.descriptors.base_dir / storage.root).resolve()
     if not (root / DATABASE_FILE).is_file():
         raise click.ClickException(f"no usage is stored under {root} (no {DATABASE_FILE}); give --var or --descriptors")
     store = SqliteMetaStore(root)
     await store.open()
     try:
+        return await _report(store, tenant, project, start, end, group_by)
+    finally:
+        await store.aclose()
+
+
+async def _report(
+    store: MetaStore, tenant: str, project: str, start: datetime, end: datetime, group_by: UsageGrouping
+) -> UsageReportOut:
+    try:
         report = await usage_report(store, tenant, project, start, end, group_by)
     except UsageQueryError as exc:
         raise click.BadParameter(str(exc), param_hint=f"--{exc.field}") from None
-    finally:
-        await store.aclose()
     return report_out(report)
 
 

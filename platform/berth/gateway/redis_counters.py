@@ -154,6 +154,22 @@ class RedisCounters:
         async with self._reaching("release a lease"):
             await self._client.zrem(self._prefix + key, holder)
 
+    def hand_over(self, key: str, holder: str) -> None:
+        """Stop renewing ``holder``'s lease here: another process (the worker that runs the turn) takes it over
+        with :meth:`adopt`; until then it lasts its full lease."""
+        holders = self._mine.get(key)
+        if holders is not None:
+            holders.discard(holder)
+            if not holders:
+                del self._mine[key]
+
+    async def adopt(self, key: str, holder: str) -> None:
+        """Renew ``holder``'s lease from this process from now on (it was granted elsewhere)."""
+        self._mine.setdefault(key, set()).add(holder)
+        await self.renew()
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renew_forever(), name="admission lease renewal")
+
     async def held(self, key: str) -> int:
         """How many unexpired leases are held under ``key``, by any worker."""
         async with self._reaching("count leases"):

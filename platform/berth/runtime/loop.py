@@ -52,7 +52,7 @@ from berth.runtime.tools import react_tools
 from berth.runtime.tools.execution import TOOL_ID, exec_tool
 from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace
-from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnUsage
+from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnLog, TurnUsage
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, StreamEvent, render_citations
 from berth.tools.packs import ToolPackFactory
@@ -91,6 +91,9 @@ class TurnInput:
     """Told of every model call the turn makes; asked after every round whether a budget is crossed."""
     inbox: LiveInbox | None = None
     """The follow-ups and steers the user sends while the turn runs (SPEC §4.1)."""
+    resume: TurnLog | None = None
+    """The turn's log when this process takes over a turn another one began and died running (distributed
+    mode): the turn goes on after its last logged round, and no logged tool call runs again."""
 
 
 @dataclass(frozen=True)
@@ -190,9 +193,16 @@ class TurnRunner:
             cache_ttl_seconds=react.cache_ttl_seconds or None,
             previously_pruned=_pruned_by_previous_turn(timeline),
         )
-        head = self._head_blocks(turn, generation, model_ref, now, pruned)
-        timeline.contribute(*head)
-        recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
+        resumed_rounds = 0
+        resumed = turn.resume is not None and _began(turn.resume)
+        if turn.resume is not None and resumed:
+            head, logged_rounds = recorder.resume(turn.resume)
+            timeline.contribute(*head, *(block for entry in logged_rounds for block in entry))
+            resumed_rounds = sum(1 for entry in logged_rounds if not _live_only(entry))
+        else:
+            head = self._head_blocks(turn, generation, model_ref, now, pruned)
+            timeline.contribute(*head)
+            recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
         inbox = turn.inbox
         if inbox is not None:
             inbox.cancel_streams = react.steer == "cancel_stream"
@@ -207,11 +217,12 @@ class TurnRunner:
                     "bundle": generation.bundle_id,
                     "generation": generation.number,
                     "model": label,
+                    **({"resumed_after_round": resumed_rounds} if resumed else {}),
                 },
             )
         )
         usage = Usage()
-        rounds = 0
+        rounds = resumed_rounds
 
         async def finish(
             outcome: TurnOutcome, decision: Decision | None, final: list[Block], error: dict[str, str] | None
@@ -324,7 +335,7 @@ class TurnRunner:
             max_actions = 4 if react.multi_action == "safe_fanout" else 1
             last_estimate = 0
             compaction_failed = False
-            for iteration in range(1, react.max_iterations + 1):
+            for iteration in range(resumed_rounds + 1, react.max_iterations + 1):
                 rounds = iteration
                 if generation.mcp is not None:  # servers that came back (or went down) since the last round
                     state.notices.extend(sync_mcp_tools(toolbox, generation.mcp))
@@ -827,6 +838,16 @@ def _pruned_by_previous_turn(timeline: Any) -> frozenset[str]:
             pruned = block.data.get("pruned")
             return frozenset(str(t) for t in pruned) if isinstance(pruned, list) else frozenset()
     return frozenset()
+
+
+def _began(log: TurnLog) -> bool:
+    """Whether a turn's log shows it began (its head holds the turn header), not only that it was accepted."""
+    return any(record.type == BlockType.TURN_HEADER for entry in log.rounds[:1] for record in entry.blocks)
+
+
+def _live_only(blocks: Sequence[Block]) -> bool:
+    """Whether a turn-log entry holds only a live event (a follow-up or steer), not a round of the loop."""
+    return bool(blocks) and all(b.type in (BlockType.USER_FOLLOWUP, BlockType.USER_STEER) for b in blocks)
 
 
 def model_label(model_ref: ModelRef) -> str:

@@ -312,6 +312,24 @@ class TurnRecorder:
         self.committed: CommittedTimeline | None = None
         """The timeline as the last :meth:`commit` stored it."""
 
+    def resume(self, log: TurnLog) -> tuple[list[Block], list[list[Block]]]:
+        """Take over a turn another process began: its logged head and rounds, parsed; later rounds follow them.
+
+        Returns the head (round 0) and each later entry's blocks, in order, for the caller to put back on the
+        timeline; the commit refers to their log entries instead of writing them again.
+        """
+        entries: list[list[Block]] = []
+        for entry in log.rounds:
+            blocks = []
+            for record in entry.blocks:
+                block = block_from_record(record)
+                self._stored.remember(block, record)
+                blocks.append(block)
+            self._stored.logged(blocks, round_=entry.index)
+            entries.append(blocks)
+            self._rounds = max(self._rounds, entry.index)
+        return (entries[0] if entries else []), entries[1:]
+
     async def begin(self, head: Sequence[Block], *, started_at: datetime, generation: str | None = None) -> None:
         """Record the turn as running with its head blocks (header, prompt, attachments)."""
         self.start(head, started_at=started_at, generation=generation)

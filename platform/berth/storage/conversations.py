@@ -63,6 +63,8 @@ StorageErrorCode: TypeAlias = Literal[
     "unsafe_artifact_path",
     "conflicting_commit",
     "store_closed",
+    "turn_in_progress",
+    "turn_owned",
 ]
 
 

@@ -1,12 +1,14 @@
 """Pytest fixtures for bundle and plugin authors (a pytest plugin, active wherever berth-platform is installed).
 
 * :mod:`berth.testing.bundle_host` — ``bundle_host``: a real bundle registry with the bundles you name.
+* :mod:`berth.testing.storage` — ``storage_kind``: run a test on embedded and on distributed storage.
 * :mod:`berth.testing.services` — the service markers (``postgres``, ``redis``, ``docker``, ``browser``,
   ``aws``: skip when the service is missing, fail under ``CI=true``) and ``clean_berth_env``.
 """
 
 from berth.testing.bundle_host import BundleHost, bundle_host, write_descriptors
 from berth.testing.services import SERVICE_MARKERS, _require_marked_services, clean_berth_env, pytest_configure
+from berth.testing.storage import storage_kind
 
 __all__ = [
     "SERVICE_MARKERS",
@@ -15,5 +17,6 @@ __all__ = [
     "bundle_host",
     "clean_berth_env",
     "pytest_configure",
+    "storage_kind",
     "write_descriptors",
 ]

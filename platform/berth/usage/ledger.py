@@ -8,7 +8,8 @@ one write. Calls outside a turn (a conversation's title) go through :meth:`Usage
 Totals are per process: they start from the store's rows of the current month when the host starts
 (:meth:`UsageLedger.load`, for the declared tenants and projects) and then count this process's calls.
 Another process on the same storage root (``berth chat --in-process`` beside ``berth run``) is seen at the
-next start only.
+next start only. In distributed mode every API process and worker spends, so each turn's admission reloads the
+totals from the store first (:meth:`UsageLedger.reload`); within a turn its worker counts its own calls.
 """
 
 from __future__ import annotations
@@ -70,6 +71,18 @@ class UsageLedger:
         since = window_of("month", self._clock()).start
         for tenant, project in scopes:
             self.totals.add_stored(await self._store.usage_spent(since, tenant=tenant, project=project))
+
+    async def reload(self, scopes: Iterable[tuple[str, str]]) -> None:
+        """Replace the running totals with what the store holds for the current month (distributed mode: other
+        processes spend too, so a turn is admitted against the stored totals, read when it starts). Does
+        nothing when no budget is set."""
+        if not self._budgets():
+            return
+        fresh = SpendTotals()
+        since = window_of("month", self._clock()).start
+        for tenant, project in scopes:
+            fresh.add_stored(await self._store.usage_spent(since, tenant=tenant, project=project))
+        self.totals = fresh
 
     def exhausted(self, scope: OwnerScope) -> ExhaustedBudget | None:
         """The budget of ``scope``'s tenant, project or user that is used up now (a turn must not start)."""

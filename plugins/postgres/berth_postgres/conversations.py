@@ -30,7 +30,15 @@ another session) is gone, and its ``accepted`` or ``running`` turns are recorded
 :meth:`~PostgresConversationStore.recover_interrupted_turns`, and by each load of the conversation). The
 check's lock is transaction-scoped, so it is released when the recording transaction ends. (Should the
 owner connection itself drop while the instance lives, its lock is gone and another instance may record its
-running turns interrupted; re-taking the lock on a new connection is not done yet.)
+running turns interrupted or, in queued mode, take them over; the instance takes its lock again on a new
+connection at once, and in queued mode every write to a turn checks that the writer still owns it.)
+
+Queued mode (``queued=True``, distributed storage): turns belong to the turn queue
+(:mod:`berth.distributed`) until a worker claims them. An accepted turn's owner is ``0`` (the queue's), a
+conversation holds at most one unfinished turn (a second accept is refused, ``turn_in_progress``), and a
+turn whose owner is gone is *not* recorded interrupted: :meth:`~PostgresConversationStore.orphaned_turns`
+finds it and :meth:`~PostgresConversationStore.claim_turn` hands it, with its log, to the worker that
+resumes it.
 """
 
 # Every query is built from the module's constant fragments; values are always bound parameters.
@@ -38,6 +46,7 @@ running turns interrupted; re-taking the lock on a new connection is not done ye
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
@@ -50,6 +59,7 @@ from typing import Any, Final, Self, TypeVar, cast
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth.config.errors import ConfigError
+from berth.storage.claims import ClaimedTurn, UnfinishedTurn
 from berth.storage.conversations import (
     BlockRecord,
     ConversationRecord,
@@ -77,7 +87,10 @@ _T = TypeVar("_T")
 Connection = Any
 """An ``asyncpg.Connection`` (asyncpg ships no type information)."""
 
-REQUIRED_MIGRATIONS: Final = ("0001_conversations",)
+QUEUE_OWNER: Final = 0
+"""The owner of a turn the queue holds (accepted, claimed by no worker yet); no advisory lock has this key."""
+
+REQUIRED_MIGRATIONS: Final = ("0001_conversations", "0004_queued_turns")
 """The migrations (``berth_schema_migrations.version``) this store's queries need."""
 
 _CONNECTION_LOST: Final[tuple[type[BaseException], ...]] = (
@@ -224,9 +237,10 @@ class PostgresConversationHandle:
                 return ConversationSnapshot(
                     scope=self._scope, timeline=(), version=0, sources=(), turns=(), uncommitted=()
                 )
-            await connection.execute(
-                _MARK_GONE_OWNERS_INTERRUPTED + " AND " + _SCOPE, *self._key, self._store.owner_key
-            )
+            if not self._store.queued:  # queued: a worker resumes it instead
+                await connection.execute(
+                    _MARK_GONE_OWNERS_INTERRUPTED + " AND " + _SCOPE, *self._key, self._store.owner_key
+                )
             turn_rows = await connection.fetch(
                 _SELECT_TURN + ("" if turn_index else " AND state='interrupted' AND NOT committed") + " ORDER BY seq",
                 *self._key,
@@ -341,10 +355,16 @@ class PostgresConversationHandle:
             [s.json for s in sources],
         )
 
-    async def accept_turn(self, turn_id: str, *, accepted_at: datetime, head: tuple[BlockRecord, ...]) -> None:
-        """Record an ``accepted`` turn and its head, durably (committed before it returns)."""
+    async def accept_turn(
+        self, turn_id: str, *, accepted_at: datetime, head: tuple[BlockRecord, ...], request: bytes | None = None
+    ) -> None:
+        """Record an ``accepted`` turn and its head, durably (committed before it returns).
+
+        :param request: in queued mode, what a worker runs the turn from (:meth:`PostgresConversationStore.claim_turn`).
+        """
         at = _aware(accepted_at)
-        owner = self._store.owner_key
+        queued = self._store.queued
+        owner = QUEUE_OWNER if queued else self._store.owner_key
 
         async def work(connection: Connection, retried: bool) -> None:
             found = await connection.fetchrow(
@@ -356,15 +376,24 @@ class PostgresConversationHandle:
                 if retried and (found["state"], found["owner"], found["started_at"]) == ("accepted", owner, at):
                     return  # the first attempt landed; its reply was lost
                 raise StorageError("turn_exists", f"turn {turn_id!r} is already used; use a new turn id")
-            seq = await self._next_seq(connection, at)
+            seq = await self._next_seq(connection, at)  # locks the conversation row: accepts serialize here
+            if queued:
+                busy = await connection.fetchval(
+                    "SELECT turn_id FROM berth_turns WHERE " + _SCOPE + " AND NOT committed"
+                    " AND state IN ('accepted', 'running') LIMIT 1",
+                    *self._key,
+                )
+                if busy is not None:
+                    raise StorageError("turn_in_progress", f"turn {busy} of this conversation has not ended yet")
             await connection.execute(
                 "INSERT INTO berth_turns (tenant, project, user_id, conversation_id, turn_id, seq, state, started_at,"
-                " owner) VALUES ($1, $2, $3, $4, $5, $6, 'accepted', $7, $8)",
+                " owner, request) VALUES ($1, $2, $3, $4, $5, $6, 'accepted', $7, $8, $9)",
                 *self._key,
                 turn_id,
                 seq,
                 at,
                 owner,
+                request,
             )
             await self._insert_blocks(connection, turn_id, 0, head)
 
@@ -403,6 +432,8 @@ class PostgresConversationHandle:
                 *self._key,
                 turn_id,
             )
+            if self._store.queued and found is not None and found["owner"] != owner:
+                raise StorageError("turn_owned", f"turn {turn_id!r} is not this process's: claim it first")
             if found is not None and found["state"] != "accepted":
                 landed = (found["state"], found["owner"], found["started_at"], found["generation"]) == (
                     "running",
@@ -444,9 +475,13 @@ class PostgresConversationHandle:
         await self._store.transaction(work)
 
     async def _locked_turn(self, connection: Connection, turn_id: str) -> tuple[str, bool, int, int | None]:
-        """Lock the turn's row; return its state, whether it is committed, its round count and committed version."""
+        """Lock the turn's row; return its state, whether it is committed, its round count and committed version.
+
+        In queued mode a write to an unfinished turn another instance owns is refused (``turn_owned``): the turn
+        was taken over (this instance's owner lock was lost), and only its new owner may go on with it.
+        """
         row = await connection.fetchrow(
-            "SELECT state, committed, committed_version, "
+            "SELECT state, committed, committed_version, owner, "
             + _ROUNDS
             + " AS rounds FROM berth_turns turns WHERE "
             + _SCOPE
@@ -456,6 +491,8 @@ class PostgresConversationHandle:
         )
         if row is None:
             raise StorageError("turn_not_found", f"turn {turn_id!r} was never begun; call begin_turn first")
+        if self._store.queued and not row["committed"] and row["owner"] != self._store.owner_key:
+            raise StorageError("turn_owned", f"turn {turn_id!r} was taken over by another process")
         return row["state"], row["committed"], row["rounds"], row["committed_version"]
 
     async def append_round(
@@ -611,10 +648,13 @@ class PostgresConversationStore:
     :param dsn: a libpq connection string or URL (``postgresql://user@host:5432/berth``).
     :param pool_min: connections the pool keeps open.
     :param pool_max: connections the pool opens at most (plus one this instance holds for its owner lock).
+    :param queued: queued mode (see the module's docstring): for distributed storage with a turn queue.
     """
 
-    def __init__(self, dsn: str, *, pool_min: int = 1, pool_max: int = 10) -> None:
+    def __init__(self, dsn: str, *, pool_min: int = 1, pool_max: int = 10, queued: bool = False) -> None:
         self.dsn = dsn
+        self.queued = queued
+        """Turns belong to the turn queue until claimed; a gone owner's turns are resumed, not interrupted."""
         self.pool_min = pool_min
         self.pool_max = pool_max
         self.owner_key: int = secrets.randbits(63)
@@ -623,6 +663,7 @@ class PostgresConversationStore:
         """The turns :meth:`open` found left unfinished by an owner that is gone (now ``interrupted``)."""
         self._pool: Any = None
         self._owner_connection: Connection = None
+        self._owner_retake: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         """Open the pool, check the schema is migrated, take this instance's owner lock, then record the
@@ -633,12 +674,39 @@ class PostgresConversationStore:
         self._pool = await asyncpg.create_pool(self.dsn, min_size=self.pool_min, max_size=self.pool_max)
         try:
             await self._check_schema()
-            self._owner_connection = await asyncpg.connect(self.dsn)
-            await self._owner_connection.execute("SELECT pg_advisory_lock($1)", self.owner_key)
-            self.interrupted_at_open = await self.recover_interrupted_turns()
+            await self._take_owner_lock()
+            if not self.queued:
+                self.interrupted_at_open = await self.recover_interrupted_turns()
         except BaseException:
             await self.aclose()
             raise
+
+    async def _take_owner_lock(self) -> None:
+        """Hold this instance's owner lock on a connection of its own; take it again if that connection drops."""
+        connection = await asyncpg.connect(self.dsn)
+        await connection.execute("SELECT pg_advisory_lock($1)", self.owner_key)
+        self._owner_connection = connection
+        connection.add_termination_listener(self._owner_connection_lost)
+
+    def _owner_connection_lost(self, connection: Connection) -> None:
+        if self._pool is None or connection is not self._owner_connection:
+            return  # closed on purpose
+        log.warning("the connection holding this store's owner lock dropped; taking the lock again")
+        self._owner_retake = asyncio.get_running_loop().create_task(self._retake_owner_lock())
+
+    async def _retake_owner_lock(self) -> None:
+        """Take the owner lock again (until it is held or the store closes). Until then other instances may take
+        over this instance's turns; its writes to a turn taken over are refused (``turn_owned``)."""
+        delay = 0.05
+        while self._pool is not None:
+            try:
+                await self._take_owner_lock()
+                log.warning("owner lock of this store held again")
+                return
+            except (OSError, *_CONNECTION_LOST, asyncpg.PostgresError) as error:
+                log.warning("could not take the owner lock again (%s); retrying", error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _check_schema(self) -> None:
         async with self._pool.acquire() as connection:
@@ -718,11 +786,93 @@ class PostgresConversationStore:
 
         return await self.transaction(work)
 
+    @property
+    def pool(self) -> Any:
+        """The open asyncpg pool (the metadata store and memory index of the same backend share it)."""
+        if self._pool is None:
+            raise StorageError("store_closed", "the conversation store is closed; open it before use")
+        return self._pool
+
+    async def accept_queued_turn(
+        self,
+        scope: ConversationScope,
+        turn_id: str,
+        *,
+        accepted_at: datetime,
+        head: tuple[BlockRecord, ...],
+        request: bytes,
+    ) -> None:
+        """Record an ``accepted`` turn the queue owns, with its request (see :meth:`claim_turn`)."""
+        if not self.queued:
+            raise RuntimeError("accept_queued_turn needs a store in queued mode")
+        await self.conversation(scope).accept_turn(turn_id, accepted_at=accepted_at, head=head, request=request)
+
+    async def claim_turn(self, scope: ConversationScope, turn_id: str) -> ClaimedTurn | None:
+        """Make this instance the owner of an unfinished turn the queue holds, or whose owner is gone; return its
+        log so far and its request. None when the turn has ended.
+
+        :raises StorageError: ``turn_owned`` when a live instance owns it; ``turn_not_found``.
+        """
+        handle = self.conversation(scope)
+        key = _scope_args(scope)
+
+        async def work(connection: Connection, retried: bool) -> ClaimedTurn | None:
+            row = await connection.fetchrow(_SELECT_TURN + " AND turn_id=$5 FOR UPDATE", *key, turn_id)
+            if row is None:
+                raise StorageError("turn_not_found", f"this conversation has no turn {turn_id!r}")
+            if row["committed"] or row["state"] not in ("accepted", "running"):
+                return None
+            owner, request = await connection.fetchrow(
+                "SELECT owner, request FROM berth_turns WHERE " + _SCOPE + " AND turn_id=$5", *key, turn_id
+            )
+            if owner not in (QUEUE_OWNER, self.owner_key):
+                free = await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)", owner)
+                if not free:
+                    raise StorageError("turn_owned", f"turn {turn_id!r} is run by another live process")
+            await connection.execute(
+                "UPDATE berth_turns SET owner=$6 WHERE " + _SCOPE + " AND turn_id=$5", *key, turn_id, self.owner_key
+            )
+            log = TurnLog(turn=_turn_record(row), rounds=await handle._rounds(connection, turn_id))
+            return ClaimedTurn(log=log, request=bytes(request or b""))
+
+        return await self.transaction(work)
+
+    async def orphaned_turns(self, *, older_than_s: float) -> tuple[UnfinishedTurn, ...]:
+        """The unfinished turns, accepted or begun more than ``older_than_s`` ago, owned by the queue or by an
+        instance that is gone (its advisory lock is free), oldest first."""
+
+        async def work(connection: Connection, retried: bool) -> tuple[UnfinishedTurn, ...]:
+            rows = await connection.fetch(
+                "SELECT tenant, project, user_id, conversation_id, turn_id, state FROM berth_turns"
+                " WHERE NOT committed AND state IN ('accepted', 'running') AND owner <> $1"
+                " AND started_at < now() - make_interval(secs => $2)"
+                " AND (owner = 0 OR pg_try_advisory_xact_lock(owner)) ORDER BY started_at",
+                self.owner_key,
+                float(older_than_s),
+            )
+            return tuple(
+                UnfinishedTurn(
+                    scope=ConversationScope(
+                        tenant=row["tenant"],
+                        project=row["project"],
+                        user_id=row["user_id"],
+                        conversation_id=row["conversation_id"],
+                    ),
+                    turn_id=row["turn_id"],
+                    state=cast(TurnState, row["state"]),
+                )
+                for row in rows
+            )
+
+        return await self.transaction(work)
+
     async def aclose(self) -> None:
         """Close the pool, then release the owner lock (this instance's unfinished turns count as interrupted
         from then on); the store refuses further work (``store_closed``)."""
         pool, self._pool = self._pool, None
         owner, self._owner_connection = self._owner_connection, None
+        if self._owner_retake is not None:
+            self._owner_retake.cancel()
         try:
             if pool is not None:
                 await pool.close()

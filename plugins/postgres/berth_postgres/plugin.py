@@ -1,18 +1,15 @@
-"""The ``postgres`` platform plugin: the schema migrations of ``distributed`` storage (``berth migrate``).
-
-The PostgreSQL stores (:mod:`berth_postgres.meta`, :mod:`berth_postgres.memory`, the conversation store) are not yet
-assembled into a ``distributed`` storage backend: the host refuses that kind until they are.
-"""
+"""The ``postgres`` platform plugin: ``distributed`` storage on PostgreSQL and its migrations (``berth migrate``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from berth.hooks import hookimpl
+from berth_postgres.backend import create_distributed_storage
 from berth_postgres.migrations import migrate
 
 if TYPE_CHECKING:
-    from berth.storage.backend import StorageMigrator
+    from berth.storage.backend import StorageBackendFactory, StorageMigrator
 
 STORAGE_KIND = "distributed"
 
@@ -21,3 +18,9 @@ STORAGE_KIND = "distributed"
 def berth_storage_migrations() -> dict[str, StorageMigrator]:
     """Register the PostgreSQL migrations for ``distributed`` storage."""
     return {STORAGE_KIND: migrate}
+
+
+@hookimpl
+def berth_storage_backends() -> dict[str, StorageBackendFactory]:
+    """Register the ``distributed`` backend (built from resolved connection settings)."""
+    return {STORAGE_KIND: create_distributed_storage}

@@ -20,7 +20,7 @@ from berth.storage.scope import ConversationScope, OwnerScope
 # The core's storage tests keep their block builders in a module of their folder; these tests share them.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "unit" / "storage"))
 
-from berth_postgres.conversations import PostgresConversationStore
+from berth_postgres.conversations import REQUIRED_MIGRATIONS, PostgresConversationStore
 
 SERVER: str = "postgresql://postgres@127.0.0.1:5432"
 """The test server (trust auth); a database name is appended."""
@@ -64,8 +64,9 @@ async def database() -> AsyncIterator[str]:
 
 @pytest.fixture
 async def migrated(database: str) -> str:
-    """The DSN of a new database with the conversation tables (migration ``0001_conversations``)."""
-    await apply_migration(database, "0001_conversations")
+    """The DSN of a new database with the conversation tables (the migrations the conversation store needs)."""
+    for name in REQUIRED_MIGRATIONS:
+        await apply_migration(database, name)
     return database
 
 

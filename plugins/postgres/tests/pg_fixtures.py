@@ -6,26 +6,16 @@ Not a ``conftest.py``: test modules import what they use, so each says where its
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import pytest
+from berth_postgres.testing import SERVER
+from berth_postgres.testing import scratch_database as scratch
 
 from berth.config.environment import running_in_ci
 from berth.testing.services import port_open
-
-SERVER: str = "postgresql://postgres@127.0.0.1:5432"
-ADMIN_DSN: str = f"{SERVER}/postgres"
-
-
-async def _admin(statement: str) -> None:
-    connection = await asyncpg.connect(ADMIN_DSN)
-    try:
-        await connection.execute(statement)
-    finally:
-        await connection.close()
 
 
 @contextmanager
@@ -38,12 +28,8 @@ def scratch_database() -> Iterator[str]:
         if running_in_ci():
             pytest.fail("PostgreSQL on 127.0.0.1:5432 is required in CI")
         pytest.skip("needs PostgreSQL on 127.0.0.1:5432")
-    name = f"berth_test_{secrets.token_hex(6)}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield f"{SERVER}/{name}"
-    finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with scratch(SERVER) as dsn:
+        yield dsn
 
 
 def migrated_database() -> Iterator[str]:

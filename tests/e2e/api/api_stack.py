@@ -19,6 +19,8 @@ import yaml
 from berth.api import build_services, create_app
 from berth.api.services import HostServices
 from berth.default_plugins.models.scripted import ScriptedProvider
+from berth.distributed.worker import TurnWorker, WorkerSettings
+from berth.testing.storage import current_storage_kind, distributed_storage
 
 KEYS = {"acme": "acme-key-0001", "globex": "globex-key-0002", "admin": "admin-key-0003"}
 
@@ -86,14 +88,17 @@ class ApiStack:
 
     client: httpx.AsyncClient
     services: HostServices
+    worker: HostServices | None = None
+    """With distributed storage: the services of the worker process that runs the turns (in this process)."""
 
     def auth(self, who: str = "acme") -> dict[str, str]:
         return {"Authorization": f"Bearer {KEYS[who]}"}
 
     def model(self) -> ScriptedProvider:
         """The scripted model serving the platform's default model (its ``requests`` are what it was sent)."""
-        assert self.services.models is not None
-        provider = self.services.models.provider(self.services.config.settings_for().models.default)
+        runs_turns = self.worker or self.services
+        assert runs_turns.models is not None
+        provider = runs_turns.models.provider(runs_turns.config.settings_for().models.default)
         assert isinstance(provider, ScriptedProvider)
         return provider
 
@@ -161,9 +166,26 @@ async def api_stack(
     extra_keys: Sequence[dict[str, Any]] = (),
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
+    if current_storage_kind() == "distributed":
+        async with distributed_storage() as storage:
+            platform = {**(platform or {}), "storage": storage}
+            descriptors = write_stack_descriptors(
+                tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
+            )
+            async with _turn_worker(descriptors) as worker, _serving(descriptors, tmp_path, govern_heap) as stack:
+                stack.worker = worker
+                yield stack
+        return
     descriptors = write_stack_descriptors(
         tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
     )
+    async with _serving(descriptors, tmp_path, govern_heap) as stack:
+        yield stack
+
+
+@asynccontextmanager
+async def _serving(descriptors: Path, tmp_path: Path, govern_heap: bool) -> AsyncIterator[ApiStack]:
+    """The API over ``descriptors`` on a loopback port, and a client of it."""
     services = build_services(descriptors, var_root=tmp_path / "var")
     app = create_app(services=services, govern_heap=govern_heap)
     # a real server on loopback: httpx's ASGI transport buffers whole responses, so it cannot stream SSE
@@ -180,3 +202,19 @@ async def api_stack(
     finally:
         server.should_exit = True
         await serving
+
+
+@asynccontextmanager
+async def _turn_worker(descriptors: Path) -> AsyncIterator[HostServices]:
+    """A turn worker over ``descriptors`` (distributed storage), run in this process beside the API: its own
+    services, store instance and Redis client, as a ``berth worker`` process has."""
+    services = build_services(descriptors)
+    await services.start()
+    worker = TurnWorker(services, WorkerSettings(concurrency=8, lease_s=2.0, block_s=0.2), name="test-worker")
+    running = asyncio.create_task(worker.run())
+    try:
+        yield services
+    finally:
+        worker.stop()
+        await running
+        await services.stop()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ from openapi_spec_validator import validate
 
 from berth.api.app import build_services
 from berth.config import ConfigError
+
+pytestmark = pytest.mark.usefixtures("storage_kind")
 
 ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>Hi!</channel:answer>'
 
@@ -74,7 +78,12 @@ async def test_admin_routes_need_the_admin_role(tmp_path: Path) -> None:
             allowed = await stack.client.request(method, url, headers=stack.auth("admin"))
             assert allowed.status_code == 200, allowed.text
         reloaded = (await stack.client.post("/v1/admin/bundles/hello/reload", headers=stack.auth("admin"))).json()
-        assert (reloaded["ok"], reloaded["generation"]) == (True, 3)
+        if stack.worker is None:  # embedded: this process reloads and answers with its outcome
+            assert (reloaded["ok"], reloaded["generation"]) == (True, 3)
+        else:  # distributed: the reload is broadcast to every process (the API and the worker)
+            assert reloaded == {"bundle": "hello", "broadcast": True}
+            for services in (stack.services, stack.worker):
+                await until(lambda s=services: s.registry.current("hello").number == 3)
         bundles = (await stack.client.get("/v1/admin/bundles", headers=stack.auth("admin"))).json()
         assert bundles["bundles"][0]["generation"] == 3
         missing = await stack.client.post("/v1/admin/bundles/ghost/reload", headers=stack.auth("admin"))
@@ -184,7 +193,9 @@ async def test_ops_endpoints_and_a_valid_openapi_document(tmp_path: Path) -> Non
             "berth_http_request_duration_seconds_bucket",
         ):
             assert name in metrics
-        assert 'berth_turns_total{outcome="completed",tenant="acme"} 1.0' in metrics
+        # the process that ran the turn counts it: with distributed storage, the worker
+        ran_it = stack.worker.metrics.render().decode() if stack.worker else metrics
+        assert 'berth_turns_total{outcome="completed",tenant="acme"} 1.0' in ran_it
         document = (await stack.client.get("/openapi.json")).json()
         validate(document)
         assert "/v1/{tenant}/{project}/conversations/{conversation_id}/turns" in document["paths"]
@@ -237,3 +248,11 @@ async def test_a_serving_host_freezes_its_startup_heap_and_still_serves(tmp_path
         assert frozen > 10_000  # modules, models, the host and its bundles
     finally:
         gc.unfreeze()
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait until ``condition()`` holds (checked every 20 ms); fail after ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.02)

@@ -6,7 +6,10 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
 from api_stack import api_stack
+
+pytestmark = pytest.mark.usefixtures("storage_kind")
 
 ACTION = '<channel:thinking>t</channel:thinking><channel:action>{"action": "call_tool", "tool_call": {"tool_id": "hello.greet", "params": {"name": "Ada"}}}</channel:action>'  # noqa: E501
 READ_SKILL = '<channel:action>{"action": "call_tool", "tool_call": {"tool_id": "react.read", "params": {"paths": ["sk:greeting-etiquette"]}}}</channel:action>'  # noqa: E501

@@ -17,7 +17,10 @@ from api_stack import ApiStack, api_stack, key_hash
 from click.testing import CliRunner
 
 from berth.cli import cli
+from berth.testing.storage import current_storage_kind
 from berth.usage.periods import window_of
+
+pytestmark = pytest.mark.usefixtures("storage_kind")
 
 ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>done</channel:answer>'
 GREET = (
@@ -209,20 +212,20 @@ async def test_fifty_turns_of_five_users_and_two_bundles_add_up_in_every_groupin
         assert remote.exit_code == 0, remote.output
         assert json.loads(remote.output) == by_user
 
-    local = await asyncio.to_thread(  # the command runs its own event loop
-        CliRunner().invoke,
-        cli,
-        ["usage", "--descriptors", str(tmp_path / "descriptors"), "--var", str(tmp_path / "var"), *BY_BUNDLE],
-    )
-    assert local.exit_code == 0, local.output
-    header, columns, *rows, total_row = local.output.splitlines()
-    assert header.startswith("usage of acme/support from ") and header.endswith(", by bundle")
-    assert columns.split() == ["BUNDLE", *COLUMNS]
-    assert [row.split()[0] for row in rows] == ["echo", "hello"]
-    cells = total_row.split()
-    assert cells[:3] == ["TOTAL", "50", "50"]
-    assert cells[7] == f"{sum(summed(script).values()):,}"
-    assert float(cells[8]) == pytest.approx(sum(map(cost_of, script)), abs=1e-6)
+        local = await asyncio.to_thread(  # the command runs its own event loop
+            CliRunner().invoke,
+            cli,
+            ["usage", "--descriptors", str(tmp_path / "descriptors"), *var_option(tmp_path), *BY_BUNDLE],
+        )
+        assert local.exit_code == 0, local.output
+        header, columns, *rows, total_row = local.output.splitlines()
+        assert header.startswith("usage of acme/support from ") and header.endswith(", by bundle")
+        assert columns.split() == ["BUNDLE", *COLUMNS]
+        assert [row.split()[0] for row in rows] == ["echo", "hello"]
+        cells = total_row.split()
+        assert cells[:3] == ["TOTAL", "50", "50"]
+        assert cells[7] == f"{sum(summed(script).values()):,}"
+        assert float(cells[8]) == pytest.approx(sum(map(cost_of, script)), abs=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -344,6 +347,7 @@ async def test_the_usage_route_is_for_admin_keys_and_refuses_a_bad_query(tmp_pat
             assert [problem["field"] for problem in error["details"]["problems"]] == [f"query.{field}"], error
 
 
+@pytest.mark.parametrize("storage_kind", ["embedded"], indirect=True)  # each distributed stack has a new database
 async def test_a_restarted_host_counts_what_was_spent_before_it_started(tmp_path: Path) -> None:
     spend = answered({"input_tokens": 700, "output_tokens": 300, "cache_read_input_tokens": 250})
     async with api_stack(tmp_path, [spend], extra_keys=extra_keys()) as stack:
@@ -358,3 +362,9 @@ async def test_a_restarted_host_counts_what_was_spent_before_it_started(tmp_path
         )
         assert refused.status_code == 429
         assert refused.json()["error"]["details"]["used"] == 1250
+
+
+def var_option(tmp_path: Path) -> list[str]:
+    """Where the stack stored usage: ``--var`` for embedded storage; distributed storage is read from the
+    PostgreSQL database the descriptors name."""
+    return ["--var", str(tmp_path / "var")] if current_storage_kind() == "embedded" else []

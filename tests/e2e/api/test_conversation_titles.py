@@ -6,8 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from api_stack import ApiStack, api_stack
+
+pytestmark = pytest.mark.usefixtures("storage_kind")
+
 
 ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>It is sunny.</channel:answer>'
 

@@ -8,10 +8,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from api_stack import ApiStack, api_stack
 from gate_bundle import ANSWER, HOLD, close_gate, gate_bundles, open_gate
 
 from berth.storage.scope import ConversationScope
+
+pytestmark = pytest.mark.usefixtures("storage_kind")
 
 LONG_ANSWER = {
     "text": '<channel:action>{"action": "complete"}</channel:action><channel:answer>A long answer that is '

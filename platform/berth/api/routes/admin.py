@@ -12,7 +12,6 @@ from berth.api.deps import admin_caller, services
 from berth.api.errors import ADMIN_ERRORS, not_found
 from berth.api.services import HostServices
 from berth.host.broadcast import read_worker_reports, report_of
-from berth.host.runtime import redis_client_for
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ADMIN_ERRORS)
 Services = Annotated[HostServices, Depends(services)]
@@ -49,7 +48,7 @@ async def admin_reload(bundle_id: str, who: Admin, host: Services) -> dict[str, 
     """Reload a bundle in every process (this one answers with its outcome)."""
     if bundle_id not in host.config.descriptors.bundles.bundles:
         raise not_found(f"bundle {bundle_id}")
-    if redis_client_for(host.config) is not None:
+    if host.distributed is not None:
         await host.runtime.request_reload(bundle_id)
         return {"bundle": bundle_id, "broadcast": True}
     outcome = await host.registry.reload(bundle_id, reason="admin")
@@ -73,10 +72,6 @@ async def admin_reload(bundle_id: str, who: Admin, host: Services) -> dict[str, 
 @router.get("/workers")
 async def admin_workers(who: Admin, host: Services) -> dict[str, Any]:
     """Every host process and its generations (this one only, in embedded mode)."""
-    client = redis_client_for(host.config)
-    if client is None:
+    if host.distributed is None:
         return {"workers": [asdict(report_of(host.runtime.worker_id, host.registry))]}
-    try:
-        return {"workers": [asdict(report) for report in await read_worker_reports(client)]}
-    finally:
-        await client.aclose()
+    return {"workers": [asdict(report) for report in await read_worker_reports(host.distributed.redis)]}

@@ -32,7 +32,7 @@ from berth.api.schemas import (
     TurnStarted,
 )
 from berth.api.services import HostServices, events_url, new_id
-from berth.api.sse import encode_frame, parse_last_event_id
+from berth.api.sse import parse_last_event_id
 from berth.runtime.blocks import BlockType
 from berth.runtime.live import LiveEvent
 from berth.runtime.paths import FilePath, LogicalPathError, parse_path
@@ -306,15 +306,7 @@ async def turn_events(
     after = parse_last_event_id(
         turn_id, request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     )
-    running = host.turns.get(turn_id)
-    if running is not None and running.scope == scope:
-        return _event_stream(running.log.frames(after))
-    ended = await host.stored_turn_end(scope, turn_id)
-    return _event_stream(_single_frame(encode_frame(f"{turn_id}:{after + 1}", ended)))
-
-
-async def _single_frame(frame: bytes) -> AsyncIterator[bytes]:
-    yield frame
+    return _event_stream(await host.turn_event_frames(scope, turn_id, after))
 
 
 @router.post(
@@ -337,13 +329,13 @@ async def send_live_event(
     body, attachments = await _body_with_files(request, host, LiveEventIn)
     bundle = _bundle_for(host, tenant, project, None, meta.bundle)
     event = LiveEvent(kind=body.kind, message=body.message, attachments=attachments)
-    running, received = await host.deliver_live_event(meta.scope, turn_id, event, bundle_id=bundle)
+    delivery = await host.deliver_live_event(meta.scope, turn_id, event, bundle_id=bundle)
     return LiveEventAccepted(
-        turn_id=running.turn_id,
+        turn_id=delivery.turn_id,
         kind=body.kind,
-        started_turn=received is None,
-        path=received.block.path if received is not None else None,
-        events_url=events_url(meta.scope, running.turn_id),
+        started_turn=delivery.started_turn,
+        path=delivery.path,
+        events_url=events_url(meta.scope, delivery.turn_id),
     )
 
 
@@ -352,11 +344,8 @@ async def cancel_turn(
     tenant: str, project: str, conversation_id: str, turn_id: str, who: ScopedCaller, host: Services
 ) -> dict[str, Any]:
     """Cancel a running turn: the model stream and the running tool stop; the turn is recorded as cancelled."""
-    running = host.turn_in_scope(conversation_scope(who, tenant, project, conversation_id), turn_id)
-    was_running = running.task is not None and not running.task.done()
-    if was_running and running.task is not None:
-        running.task.cancel()
-    return {"turn_id": turn_id, "cancelled": was_running}
+    cancelled = await host.cancel_turn(conversation_scope(who, tenant, project, conversation_id), turn_id)
+    return {"turn_id": turn_id, "cancelled": cancelled}
 
 
 @router.post("/conversations/{conversation_id}/turns/{turn_id}/feedback", response_model=FeedbackOut)

@@ -36,7 +36,13 @@ from anthropic.types import MessageParam, MetadataParam, RawMessageStreamEvent, 
 from berth.config.environment import sdk_variable
 from berth.config.models.assembly import ModelRef
 from berth.config.secrets import Secret
-from berth.hooks import hookimpl
+from berth.default_plugins.models.anthropic_plugin import (
+    DEFAULT_BASE_URL,
+    DEFAULT_SECRET_NAME,
+    PROVIDER_NAME,
+    SDK_BASE_URL_VARIABLE,
+    SDK_KEY_VARIABLE,
+)
 from berth.models.errors import (
     ModelContextOverflow,
     ModelError,
@@ -46,7 +52,6 @@ from berth.models.errors import (
 from berth.models.protocol import (
     ModelCompleted,
     ModelEvent,
-    ModelProviderFactory,
     ModelRequest,
     SecretLookup,
     StopReason,
@@ -72,14 +77,6 @@ __all__ = [
     "normalize_anthropic_error",
 ]
 
-PROVIDER_NAME: Final = "anthropic"
-DEFAULT_SECRET_NAME: Final = "anthropic_api_key"
-"""The platform secret read when a model reference names no ``api_key``."""
-DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
-SDK_KEY_VARIABLE: Final = "ANTHROPIC_API_KEY"
-"""Read as the SDK would when neither the model nor ``secrets.yaml`` names a key."""
-SDK_BASE_URL_VARIABLE: Final = "ANTHROPIC_BASE_URL"
-"""Read as the SDK would when the model names no ``base_url``."""
 
 _STOP_REASONS: Final[dict[str, StopReason]] = {
     "end_turn": "end_turn",
@@ -336,8 +333,3 @@ def create_anthropic_provider(model_ref: ModelRef, secrets: SecretLookup) -> Ant
         model_ref, api_key=resolve_api_key(model_ref, secrets, DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE)
     )
 
-
-@hookimpl
-def berth_model_providers() -> dict[str, ModelProviderFactory]:
-    """Contribute the ``anthropic`` provider."""
-    return {PROVIDER_NAME: create_anthropic_provider}

