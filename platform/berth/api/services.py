@@ -17,7 +17,7 @@ from berth.api.admission import Admission, TurnAdmission
 from berth.api.errors import ApiError, not_found
 from berth.api.metrics import Metrics
 from berth.api.redis_events import RedisTurnEventLog
-from berth.api.sse import TurnEventLog, encode_frame
+from berth.api.sse import HEARTBEAT, TurnEventLog, encode_frame
 from berth.api.titling import ConversationTitler
 from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import EmbedderConfig
@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 FINISHED_TURNS_KEPT = 2000
 """Finished turns whose events stay replayable (for clients that reconnect late)."""
 
+
+REDIS_HEARTBEAT_S = 5.0
+"""How often an idle SSE stream of a distributed turn sends a heartbeat (and checks Redis still has its events)."""
 
 CANCELLED_WAITING = "the turn was cancelled while it waited for a free slot; nothing of it was stored"
 
@@ -533,8 +536,7 @@ class HostServices:
         async def emit(event: TurnEvent) -> None:
             self.metrics.observe_event(event, scope.tenant)
             if event.type in ("turn.completed", "turn.failed"):
-                assert self.meta is not None  # the conversation shows the turn before its client hears it ended
-                await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=request.message[:80])
+                await self._touch(scope, request.message)  # the conversation shows the turn before its end is told
                 if meter is not None:
                     await self._settle_usage(meter)
                 running.inbox.close()
@@ -587,6 +589,15 @@ class HostServices:
                 await running.log.close()
             self.turns.pop(turn_id, None)
         return True
+
+    async def _touch(self, scope: ConversationScope, message: str) -> None:
+        """Move the conversation up the list (and give it a provisional title); a failure is logged, not raised:
+        the turn is committed, and its end must reach its clients."""
+        assert self.meta is not None
+        try:
+            await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
+        except Exception:
+            log.warning("could not update conversation %s in the list", scope.conversation_id, exc_info=True)
 
     async def _report_failure(self, running: RunningTurn, meter: TurnUsageMeter | None, exc: BaseException) -> None:
         """A turn failed in this worker: record it (if it never began), store its usage, tell its clients."""
@@ -870,9 +881,30 @@ class HostServices:
                 raise not_found(f"turn {turn_id}") from None
             events = self.distributed.event_log(turn_id)
             if record.state in ("accepted", "running") or await events.exists():
-                return events.frames(after)
+                return self._redis_frames(scope, turn_id, events, after)
         ended = await self.stored_turn_end(scope, turn_id)
         return _single_frame(encode_frame(f"{turn_id}:{after + 1}", ended))
+
+    async def _redis_frames(
+        self, scope: ConversationScope, turn_id: str, events: RedisTurnEventLog, after: int
+    ) -> AsyncIterator[bytes]:
+        """A turn's frames from Redis; should Redis lose them (restarted while the turn ran), the turn's end as
+        the store records it once it has ended, so no client waits for events that will never come."""
+        last = after
+        marker = f"id: {turn_id}:".encode()
+        async for chunk in events.frames(after, heartbeat_s=REDIS_HEARTBEAT_S):
+            if chunk == HEARTBEAT and not await events.exists():
+                assert self.store is not None
+                record = (await self.store.conversation(scope).read_turn_log(turn_id)).turn
+                if record.state not in ("accepted", "running"):
+                    ended = await self.stored_turn_end(scope, turn_id)
+                    yield encode_frame(f"{turn_id}:{last + 1}", ended)
+                    return
+            at = chunk.rfind(marker)
+            if at >= 0:
+                end = chunk.index(b"\n", at)
+                last = int(chunk[at + len(marker) : end])
+            yield chunk
 
     async def stored_turn_end(self, scope: ConversationScope, turn_id: str) -> TurnEvent:
         """The last event of a turn this process does not hold (it ran before a restart), from its stored record.

@@ -77,6 +77,7 @@ from berth.storage.conversations import (
     TurnUsage,
 )
 from berth.storage.scope import ConversationScope, OwnerScope
+from berth_postgres.pool import CONNECTION_LOST
 
 __all__ = ["REQUIRED_MIGRATIONS", "PostgresConversationHandle", "PostgresConversationStore"]
 
@@ -93,15 +94,7 @@ QUEUE_OWNER: Final = 0
 REQUIRED_MIGRATIONS: Final = ("0001_conversations", "0004_queued_turns")
 """The migrations (``berth_schema_migrations.version``) this store's queries need."""
 
-_CONNECTION_LOST: Final[tuple[type[BaseException], ...]] = (
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.AdminShutdownError,  # pg_terminate_backend
-    asyncpg.CrashShutdownError,
-    ConnectionError,
-)
-"""Errors that mean the connection is gone and its transaction rolled back: the operation may be retried."""
+_CONNECTION_LOST: Final = CONNECTION_LOST
 
 _SCOPE: Final = "tenant=$1 AND project=$2 AND user_id=$3 AND conversation_id=$4"
 """The scope condition every per-conversation query carries (its first four parameters)."""

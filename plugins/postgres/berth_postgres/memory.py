@@ -141,18 +141,21 @@ class PostgresMemoryIndex:
                     list(entry.vector),
                 )
             )
-        async with self._pool.pool.acquire() as connection, connection.transaction():
+
+        async def work(connection: Any) -> None:
             await connection.executemany(_UPSERT_SQL, rows)
+
+        await self._pool.in_transaction(work)
 
     async def search_lexical(self, where: MemoryFilter, query: str, *, limit: int) -> tuple[LexicalHit, ...]:
         """Return up to ``limit`` entries matching ``query`` by ``ts_rank_cd``, best first."""
         match = tsquery(query)
         if match is None or limit <= 0:
             return ()
-        rows = await self._pool.pool.fetch(_LEXICAL_SQL, *_filter_arguments(where), match, limit)
+        rows = await self._pool.fetch(_LEXICAL_SQL, *_filter_arguments(where), match, limit)
         return tuple(LexicalHit(entry=_entry(row), score=float(row["score"])) for row in rows)
 
     async def list_entries(self, where: MemoryFilter) -> tuple[MemoryEntry, ...]:
         """Return every entry ``where`` admits, oldest first (ties by conversation, turn and path)."""
-        rows = await self._pool.pool.fetch(_LIST_SQL, *_filter_arguments(where))
+        rows = await self._pool.fetch(_LIST_SQL, *_filter_arguments(where))
         return tuple(_entry(row) for row in rows)

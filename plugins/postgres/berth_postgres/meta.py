@@ -69,11 +69,11 @@ class PostgresMetaStore:
         await self._pool.aclose()
 
     async def _fetch(self, sql: str, *arguments: Any) -> list[asyncpg.Record]:
-        return cast(list[asyncpg.Record], await self._pool.pool.fetch(sql, *arguments))
+        return await self._pool.fetch(sql, *arguments)
 
     async def create_conversation(self, meta: ConversationMeta) -> None:
         """Insert a conversation row (its id must be new for this owner)."""
-        await self._pool.pool.execute(
+        await self._pool.execute(
             "INSERT INTO meta_conversations (tenant, project, user_id, conversation_id, title, bundle, created_at, "
             "updated_at, title_source) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             *_scope_values(meta.scope),
@@ -98,7 +98,7 @@ class PostgresMetaStore:
 
     async def touch_conversation(self, scope: ConversationScope, *, at: datetime, title: str | None = None) -> None:
         """Update the activity time (and set ``title`` as a provisional title when none is set yet)."""
-        await self._pool.pool.execute(
+        await self._pool.execute(
             "UPDATE meta_conversations SET updated_at=$5, "  # noqa: S608 - constant SQL
             "title_source=CASE WHEN title IS NULL AND $6::text IS NOT NULL THEN 'message' ELSE title_source END, "
             f"title=COALESCE(title, $6::text) WHERE {_SCOPE_WHERE}",
@@ -109,14 +109,14 @@ class PostgresMetaStore:
 
     async def set_title(self, scope: ConversationScope, title: str, *, source: TitleSource) -> bool:
         """Set the title; a ``summary`` never replaces the user's own. Return whether it was set."""
-        status = await self._pool.pool.execute(
+        status = await self._pool.execute(
             "UPDATE meta_conversations SET title=$5, title_source=$6 "  # noqa: S608 - constant SQL
             f"WHERE {_SCOPE_WHERE} AND ($6 = 'user' OR COALESCE(title_source, '') <> 'user')",
             *_scope_values(scope),
             title,
             source,
         )
-        return cast(str, status) != "UPDATE 0"
+        return status != "UPDATE 0"
 
     async def list_conversations(
         self, owner: OwnerScope, *, limit: int, before: datetime | None = None
@@ -139,7 +139,7 @@ class PostgresMetaStore:
 
     async def put_feedback(self, feedback: Feedback) -> None:
         """Insert or replace one origin's feedback on a turn."""
-        await self._pool.pool.execute(
+        await self._pool.execute(
             "INSERT INTO meta_feedback (tenant, project, user_id, conversation_id, turn_id, origin, reaction, text, "
             "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
             "ON CONFLICT (tenant, project, user_id, conversation_id, turn_id, origin) "
@@ -206,13 +206,16 @@ class PostgresMetaStore:
             )
             for r in records
         ]
-        async with self._pool.pool.acquire() as connection, connection.transaction():
+
+        async def work(connection: Any) -> None:
             await connection.executemany(
                 "INSERT INTO meta_usage (tenant, project, user_id, conversation_id, turn_id, bundle, model, purpose, "
                 "input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, cost_usd, at) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
                 rows,
             )
+
+        await self._pool.in_transaction(work)
 
     async def usage_totals(
         self, tenant: str, project: str, start: datetime, end: datetime, group_by: UsageGrouping | None

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth_postgres.migrations import PostgresUnavailableError, describe_server, require_current
 
-__all__ = ["StorePool"]
+__all__ = ["CONNECTION_LOST", "StorePool"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+CONNECTION_LOST: Final[tuple[type[BaseException], ...]] = (
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,  # pg_terminate_backend
+    asyncpg.CrashShutdownError,
+    ConnectionError,
+)
+"""Errors that mean the connection is gone and its transaction rolled back: the operation may be retried."""
 
 
 class StorePool:
@@ -57,3 +75,40 @@ class StorePool:
         if self._owned and self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+    async def in_transaction(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
+        """Run ``work(connection)`` in one transaction; once more on a fresh connection when the connection drops
+        (the transaction rolled back: ``pg_terminate_backend``, a restarted server)."""
+        for attempt in range(2):
+            try:
+                async with self.pool.acquire() as connection:
+                    try:
+                        async with connection.transaction():
+                            return await work(connection)
+                    except asyncpg.InternalClientError:
+                        # A pooled connection the server ended while it sat idle can fail its next statement with a
+                        # protocol-state error instead of a connection error: drop it from the pool.
+                        connection.terminate()
+                        raise
+            except (*CONNECTION_LOST, asyncpg.InternalClientError) as error:
+                if attempt:
+                    raise
+                log.warning("the PostgreSQL connection dropped (%s); retrying the operation once", error)
+                await self.pool.expire_connections()
+        raise AssertionError("unreachable")
+
+    async def fetch(self, sql: str, *arguments: Any) -> list[Any]:
+        """``fetch`` in its own transaction, retried once when the connection drops."""
+
+        async def work(connection: Any) -> list[Any]:
+            return list(await connection.fetch(sql, *arguments))
+
+        return await self.in_transaction(work)
+
+    async def execute(self, sql: str, *arguments: Any) -> str:
+        """``execute`` in its own transaction, retried once when the connection drops; returns the status."""
+
+        async def work(connection: Any) -> str:
+            return str(await connection.execute(sql, *arguments))
+
+        return await self.in_transaction(work)

@@ -7,6 +7,7 @@ import asyncio
 import random
 from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import pytest
 from distributed_cluster import STEPS, check_consistency, cluster, recorded_steps
 
@@ -15,6 +16,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 KILLS = 50
 
 
+@pytest.mark.fault
 async def test_turns_survive_fifty_workers_killed_mid_turn(tmp_path: Path) -> None:
     rng = random.Random(18)
     async with cluster(tmp_path, workers=3) as running:
@@ -49,3 +51,57 @@ async def test_turns_survive_fifty_workers_killed_mid_turn(tmp_path: Path) -> No
         for turn_id, steps in done_at_kill.items():
             for step in steps:  # a tool call recorded as done before the kill is never run again
                 assert ran[f"{turn_id}:{step}"] == 1, f"step {step} of {turn_id} ran {ran[f'{turn_id}:{step}']} times"
+
+
+async def test_acknowledged_turns_survive_redis_restarts(tmp_path: Path) -> None:
+    async with cluster(tmp_path, workers=2) as running:
+        conversations = [await running.conversation() for _ in range(4)]
+        acknowledged: dict[str, str] = {}
+        for wave in range(3):
+            started = [await running.start_turn(conversation) for conversation in conversations]
+            acknowledged.update({s["turn_id"]: c for s, c in zip(started, conversations, strict=True)})
+            await asyncio.sleep(0.2 + 0.3 * wave)  # queued, running and finishing turns when Redis goes
+            await running.redis.restart()  # it keeps nothing: the queue, the event logs and the counters are gone
+            for turn in started:
+                kind, data = await running.ending(turn["events_url"])
+                assert kind == "turn.completed", data
+        running.stop_all()
+        await check_consistency(running.dsn, acknowledged)
+
+
+async def test_turns_commit_through_terminated_postgres_connections(tmp_path: Path) -> None:
+    rng = random.Random(8)
+    async with cluster(tmp_path, workers=2) as running:
+        conversations = [await running.conversation() for _ in range(4)]
+        acknowledged: dict[str, str] = {}
+        terminated = 0
+        stop = asyncio.Event()
+
+        async def terminate_connections() -> None:
+            nonlocal terminated
+            admin = await asyncpg.connect(running.dsn)
+            try:
+                while not stop.is_set():
+                    await asyncio.sleep(rng.uniform(0.1, 0.4))
+                    rows = await admin.fetch(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                    terminated += len(rows)
+            finally:
+                await admin.close()
+
+        chaos = asyncio.create_task(terminate_connections())
+        try:
+            for _ in range(4):
+                started = [await running.start_turn(conversation) for conversation in conversations]
+                acknowledged.update({s["turn_id"]: c for s, c in zip(started, conversations, strict=True)})
+                for turn in started:
+                    kind, data = await running.ending(turn["events_url"])
+                    assert kind == "turn.completed", data
+        finally:
+            stop.set()
+            await chaos
+        assert terminated > 20
+        running.stop_all()
+        await check_consistency(running.dsn, acknowledged)
