@@ -6,10 +6,13 @@ import itertools
 import json
 from pathlib import Path
 
+import pytest
 from turn_harness import action, complete, turn_harness
 
 from berth.runtime.blocks import BlockType
 from berth.runtime.persistence import restore_conversation
+
+pytestmark = pytest.mark.usefixtures("storage_kind")
 
 HELLO = {"hello": {"source": {"entry_point": "hello"}}}
 DOCS = {"docs": {"source": {"entry_point": "docs"}}}

@@ -5,10 +5,13 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 from turn_harness import action, complete, turn_harness
 
 from berth.runtime.blocks import BlockType
 from berth.runtime.persistence import restore_conversation
+
+pytestmark = pytest.mark.usefixtures("storage_kind")
 
 HELLO = {"hello": {"source": {"entry_point": "hello"}}}
 

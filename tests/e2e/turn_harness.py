@@ -1,10 +1,11 @@
-"""A real turn stack for tests: bundle registry, SQLite store, memory index and a scripted model."""
+"""A real turn stack for tests: bundle registry, store and memory index (SQLite, or PostgreSQL when the test runs
+on distributed storage: ``berth.testing.storage``) and a scripted model."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +22,10 @@ from berth.host.registry import BundleRegistry
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import ModelResolver, TurnInput, TurnResult, TurnRunner
 from berth.runtime.memory import HashedNgramEmbedder, MemorySearch
+from berth.storage.conversations import ConversationStore
+from berth.storage.memory import MemoryIndex
 from berth.storage.scope import ConversationScope
+from berth.testing.storage import current_storage_kind
 from berth.tools.packs import ToolPackFactory
 
 
@@ -64,7 +68,7 @@ class TurnHarness:
     runner: TurnRunner
     model: ScriptedProvider
     summarizer: ScriptedProvider
-    store: SqliteConversationStore
+    store: ConversationStore
     clock: Clock
     scope: ConversationScope
     events: list[TurnEvent] = field(default_factory=list)
@@ -138,10 +142,8 @@ async def turn_harness(
     registry = BundleRegistry(config, known_tool_packs=set(tool_packs) if tool_packs is not None else None)
     outcomes = await registry.start()
     assert all(o.ok for o in outcomes), outcomes
-    store = SqliteConversationStore(tmp_path / "var")
-    await store.open()
-    index = SqliteMemoryIndex(tmp_path / "var")
-    await index.open()
+    opened = AsyncExitStack()
+    store, index = await opened.enter_async_context(_stores(tmp_path))
     model = ScriptedProvider([], chunk_size=chunk_size)
     summarizer = ScriptedProvider([], chunk_size=50, name="summarizer")
     clock = Clock()
@@ -166,5 +168,34 @@ async def turn_harness(
         yield TurnHarness(registry, runner, model, summarizer, store, clock, scope)
     finally:
         await registry.close()
-        await index.aclose()
-        await store.aclose()
+        await opened.aclose()
+
+
+@asynccontextmanager
+async def _stores(tmp_path: Path) -> AsyncIterator[tuple[ConversationStore, MemoryIndex]]:
+    """The conversation store and memory index of the storage kind the test runs on."""
+    if current_storage_kind() == "distributed":
+        from berth_postgres.conversations import PostgresConversationStore
+        from berth_postgres.memory import PostgresMemoryIndex
+        from berth_postgres.testing import async_scratch_database
+
+        async with async_scratch_database() as dsn:
+            store = PostgresConversationStore(dsn, queued=True)
+            await store.open()
+            index = PostgresMemoryIndex(pool=store.pool)
+            await index.open()
+            try:
+                yield store, index
+            finally:
+                await index.aclose()
+                await store.aclose()
+        return
+    sqlite = SqliteConversationStore(tmp_path / "var")
+    await sqlite.open()
+    sqlite_index = SqliteMemoryIndex(tmp_path / "var")
+    await sqlite_index.open()
+    try:
+        yield sqlite, sqlite_index
+    finally:
+        await sqlite_index.aclose()
+        await sqlite.aclose()
