@@ -15,12 +15,15 @@ import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import berth_postgres
 import pytest
 
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
+from berth.storage.conversations import ConversationStore
 from berth.storage.scope import ConversationScope, OwnerScope
 
 # The core's storage tests keep their block builders in a module of their folder; these tests share them.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "unit" / "storage"))
 
 from berth_postgres.conversations import REQUIRED_MIGRATIONS, PostgresConversationStore
+from berth_postgres.testing import async_scratch_database
 
 SERVER: str = "postgresql://postgres@127.0.0.1:5432"
 """The test server (trust auth); a database name is appended."""
@@ -71,14 +74,35 @@ async def migrated(database: str) -> str:
 
 
 @pytest.fixture
-async def store(migrated: str) -> AsyncIterator[PostgresConversationStore]:
-    """An open store on a migrated database of its own, closed after the test."""
+async def pg_store(migrated: str) -> AsyncIterator[PostgresConversationStore]:
+    """An open PostgreSQL store on a migrated database of its own, closed after the test."""
     opened = PostgresConversationStore(migrated, pool_min=1, pool_max=4)
     await opened.open()
     try:
         yield opened
     finally:
         await opened.aclose()
+
+
+@pytest.fixture(params=["distributed", "embedded"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ConversationStore]:
+    """An open conversation store, closed after the test: PostgreSQL on a migrated database of its own
+    (``distributed``) or SQLite under ``tmp_path`` (``embedded``): the store contract holds for both."""
+    if request.param == "embedded":
+        opened: ConversationStore = SqliteConversationStore(tmp_path / "var")
+        await opened.open()
+        try:
+            yield opened
+        finally:
+            await opened.aclose()
+        return
+    async with async_scratch_database() as dsn:
+        opened = PostgresConversationStore(dsn, pool_min=1, pool_max=4)
+        await opened.open()
+        try:
+            yield opened
+        finally:
+            await opened.aclose()
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""The PostgreSQL conversation store: the contract of the embedded store, plus scoping, transactions under
-dropped connections, concurrent commits and owners that are gone."""
+"""The conversation store contract, run on both storage kinds (the ``store`` fixture: PostgreSQL and SQLite), plus
+what only the PostgreSQL store has (``pg_store``): transactions under dropped connections, concurrent commits
+and owners that are gone."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from berth.runtime.timeline import Timeline
 from berth.storage.conversations import (
     ArtifactWrite,
     BlockRecord,
+    ConversationStore,
     LoggedBlock,
     StorageError,
     TimelineChange,
@@ -33,7 +35,7 @@ NO_USAGE = TurnUsage()
 
 
 async def run_turn(
-    store: PostgresConversationStore,
+    store: ConversationStore,
     scope: ConversationScope,
     turn_id: str,
     *,
@@ -92,7 +94,7 @@ async def stopped_with_a_running_turn(dsn: str, scope: ConversationScope, *, rou
     await first.aclose()
 
 
-async def assert_consistent(store: PostgresConversationStore, scope: ConversationScope) -> None:
+async def assert_consistent(store: ConversationStore, scope: ConversationScope) -> None:
     """Every conversation check of the fault tests: the timeline reads, each turn is there once, and every
     turn-log round belongs to a turn and the rounds of each turn are numbered without gaps."""
     restored = await restore_conversation(store.conversation(scope), now=T0)
@@ -119,14 +121,14 @@ async def assert_consistent(store: PostgresConversationStore, scope: Conversatio
 # -- the contract of the embedded store ----------------------------------------------------------------
 
 
-async def test_a_new_conversation_loads_empty(store: PostgresConversationStore, scope: ConversationScope) -> None:
+async def test_a_new_conversation_loads_empty(store: ConversationStore, scope: ConversationScope) -> None:
     snapshot = await store.conversation(scope).load()
     assert snapshot.timeline == ()
     assert (snapshot.version, snapshot.sources, snapshot.turns, snapshot.uncommitted) == (0, (), (), ())
 
 
 async def test_a_committed_turn_restores_the_same_timeline_and_sources(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     sources = (Source(url="https://example.org/a?utm_source=x", title="A"), Source(url="https://example.org/b"))
     timeline = await run_turn(store, scope, "turn_1", sources=sources)
@@ -139,7 +141,7 @@ async def test_a_committed_turn_restores_the_same_timeline_and_sources(
 
 
 async def test_the_turn_log_keeps_every_round_with_the_head_as_round_zero(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     await run_turn(store, scope, "turn_1", rounds=3)
     log = await store.conversation(scope).read_turn_log("turn_1")
@@ -150,9 +152,7 @@ async def test_the_turn_log_keeps_every_round_with_the_head_as_round_zero(
     assert (log.turn.state, log.turn.generation, log.turn.rounds) == ("completed", "g1", 4)
 
 
-async def test_the_turn_log_records_usage_and_exit_reason(
-    store: PostgresConversationStore, scope: ConversationScope
-) -> None:
+async def test_the_turn_log_records_usage_and_exit_reason(store: ConversationStore, scope: ConversationScope) -> None:
     usage = TurnUsage(input_tokens=12, output_tokens=5, cache_read_input_tokens=900, cache_creation_input_tokens=40)
     await run_turn(store, scope, "turn_1", usage=usage, exit_reason="iteration_limit")
     log = await store.conversation(scope).read_turn_log("turn_1")
@@ -162,7 +162,7 @@ async def test_the_turn_log_records_usage_and_exit_reason(
 
 
 async def test_a_turn_this_store_is_running_is_not_called_interrupted(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     handle = store.conversation(scope)
     await handle.begin_turn("turn_1", started_at=T0, generation=None, head=records(head("turn_1")))
@@ -173,7 +173,7 @@ async def test_a_turn_this_store_is_running_is_not_called_interrupted(
 
 
 async def test_a_commit_from_a_stale_version_is_refused_and_changes_nothing(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     await run_turn(store, scope, "turn_1")
     handle = store.conversation(scope)
@@ -202,7 +202,7 @@ async def test_a_commit_from_a_stale_version_is_refused_and_changes_nothing(
 
 
 async def test_a_turn_committed_twice_is_refused_the_second_time(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     handle = store.conversation(scope)
     await handle.begin_turn("turn_1", started_at=T0, generation=None, head=())
@@ -216,14 +216,14 @@ async def test_a_turn_committed_twice_is_refused_the_second_time(
 
 
 async def test_a_commit_writes_only_the_timeline_positions_that_changed(
-    store: PostgresConversationStore, scope: ConversationScope
+    pg_store: PostgresConversationStore, scope: ConversationScope
 ) -> None:
     for n in range(1, 4):
-        await run_turn(store, scope, f"turn_{n}")
-    connection = await asyncpg.connect(store.dsn)
+        await run_turn(pg_store, scope, f"turn_{n}")
+    connection = await asyncpg.connect(pg_store.dsn)
     try:
         await connection.execute("UPDATE berth_timeline SET type = type || '!' WHERE turn_id <> 'turn_4'")
-        await run_turn(store, scope, "turn_4")
+        await run_turn(pg_store, scope, "turn_4")
         untouched = await connection.fetchval("SELECT COUNT(*) FROM berth_timeline WHERE type LIKE '%!'")
         copied = await connection.fetchval("SELECT COUNT(*) FROM berth_timeline WHERE block IS NOT NULL")
     finally:
@@ -233,7 +233,7 @@ async def test_a_commit_writes_only_the_timeline_positions_that_changed(
 
 
 async def test_a_timeline_reference_to_a_log_entry_that_does_not_hold_the_block_is_refused(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     await run_turn(store, scope, "turn_1")
     handle = store.conversation(scope)
@@ -259,7 +259,7 @@ async def test_a_timeline_reference_to_a_log_entry_that_does_not_hold_the_block_
 
 
 async def test_a_load_that_knows_the_stored_version_skips_the_timeline(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     await run_turn(store, scope, "turn_1")
     handle = store.conversation(scope)
@@ -269,7 +269,7 @@ async def test_a_load_that_knows_the_stored_version_skips_the_timeline(
 
 
 async def test_a_timeline_committed_elsewhere_since_is_parsed_from_the_store(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     await run_turn(store, scope, "turn_1")
     restored = await restore_conversation(store.conversation(scope), now=T0)
@@ -279,9 +279,7 @@ async def test_a_timeline_committed_elsewhere_since_is_parsed_from_the_store(
     assert again.timeline.turn_ids() == ("turn_1", "turn_2")
 
 
-async def test_artifacts_commit_with_the_turn_and_read_back(
-    store: PostgresConversationStore, scope: ConversationScope
-) -> None:
+async def test_artifacts_commit_with_the_turn_and_read_back(store: ConversationStore, scope: ConversationScope) -> None:
     report = ArtifactWrite(path="turn_1/outputs/report.md", data=b"# Report\x00\xff")
     await run_turn(store, scope, "turn_1", artifacts=(report,))
     assert await store.conversation(scope).read_artifact("turn_1/outputs/report.md") == b"# Report\x00\xff"
@@ -291,15 +289,13 @@ async def test_artifacts_commit_with_the_turn_and_read_back(
 
 
 @pytest.mark.parametrize("path", ["../escape", "/etc/passwd", "a//b", "a/./b", "a\\b", "nul\x00byte", ""])
-async def test_unsafe_artifact_paths_are_refused(
-    store: PostgresConversationStore, scope: ConversationScope, path: str
-) -> None:
+async def test_unsafe_artifact_paths_are_refused(store: ConversationStore, scope: ConversationScope, path: str) -> None:
     with pytest.raises(StorageError) as refused:
         await store.conversation(scope).read_artifact(path)
     assert refused.value.code == "unsafe_artifact_path"
 
 
-async def test_turn_lifecycle_errors_have_codes(store: PostgresConversationStore, scope: ConversationScope) -> None:
+async def test_turn_lifecycle_errors_have_codes(store: ConversationStore, scope: ConversationScope) -> None:
     handle = store.conversation(scope)
     with pytest.raises(StorageError) as unknown:
         await handle.append_round("turn_9", ())
@@ -331,7 +327,7 @@ async def test_a_closed_store_refuses_work(migrated: str, scope: ConversationSco
 
 
 async def test_the_conversation_index_lists_titles_and_turn_counts_newest_first(
-    store: PostgresConversationStore, owner: OwnerScope
+    store: ConversationStore, owner: OwnerScope
 ) -> None:
     first, second = owner.conversation("c1"), owner.conversation("c2")
     await run_turn(store, first, "turn_1")
@@ -355,7 +351,7 @@ async def test_the_conversation_index_lists_titles_and_turn_counts_newest_first(
 
 
 async def test_sources_rows_are_written_only_when_they_change(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     handle = store.conversation(scope)
     pool = SourcesPool()
@@ -371,7 +367,7 @@ async def test_sources_rows_are_written_only_when_they_change(
 
 
 async def test_an_accepted_turn_begins_with_its_full_head_and_ids_stay_unique(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     handle = store.conversation(scope)
     await handle.accept_turn("turn_1", accepted_at=T0, head=prompt_only("turn_1"))
@@ -389,7 +385,7 @@ async def test_an_accepted_turn_begins_with_its_full_head_and_ids_stay_unique(
 
 
 async def test_an_accepted_turn_that_never_began_can_be_ended(
-    store: PostgresConversationStore, scope: ConversationScope
+    store: ConversationStore, scope: ConversationScope
 ) -> None:
     handle = store.conversation(scope)
     await handle.accept_turn("turn_1", accepted_at=T0, head=prompt_only("turn_1"))
@@ -399,7 +395,7 @@ async def test_an_accepted_turn_that_never_began_can_be_ended(
 
 
 async def test_a_live_event_is_logged_at_once_kept_once_by_the_commit_and_none_after_it(
-    store: PostgresConversationStore, owner: OwnerScope
+    store: ConversationStore, owner: OwnerScope
 ) -> None:
     handle = store.conversation(owner.conversation("c_live"))
     restored = await restore_conversation(handle, now=T0)
@@ -435,7 +431,7 @@ async def test_a_live_event_is_logged_at_once_kept_once_by_the_commit_and_none_a
 
 
 async def test_conversations_are_scoped_by_the_bound_context_never_shared(
-    store: PostgresConversationStore, owner: OwnerScope
+    store: ConversationStore, owner: OwnerScope
 ) -> None:
     ada = owner.conversation("shared-id")
     bob = OwnerScope(tenant="acme", project="support", user_id="bob").conversation("shared-id")
@@ -542,25 +538,27 @@ async def test_an_accepted_turn_of_a_closed_store_comes_back_interrupted_with_th
 
 
 async def test_turns_of_another_live_store_on_the_same_database_are_left_alone(
-    store: PostgresConversationStore, migrated: str, scope: ConversationScope
+    pg_store: PostgresConversationStore, migrated: str, scope: ConversationScope
 ) -> None:
-    await store.conversation(scope).begin_turn("turn_1", started_at=T0, generation=None, head=records(head("turn_1")))
+    await pg_store.conversation(scope).begin_turn(
+        "turn_1", started_at=T0, generation=None, head=records(head("turn_1"))
+    )
     async with PostgresConversationStore(migrated) as other:
         assert other.interrupted_at_open == ()
         assert [t.state for t in (await other.conversation(scope).load()).turns] == ["running"]
         assert await other.recover_interrupted_turns() == ()
-    await store.conversation(scope).append_round("turn_1", records(tool_round("turn_1", "c1")))
+    await pg_store.conversation(scope).append_round("turn_1", records(tool_round("turn_1", "c1")))
 
 
 async def test_a_store_that_dies_with_its_connections_leaves_its_turns_to_be_recovered(
-    store: PostgresConversationStore, migrated: str, scope: ConversationScope
+    pg_store: PostgresConversationStore, migrated: str, scope: ConversationScope
 ) -> None:
     before = await backend_pids(migrated)
     doomed = PostgresConversationStore(migrated)
     await doomed.open()
     await doomed.conversation(scope).begin_turn("turn_1", started_at=T0, generation=None, head=())
     await terminate(migrated, await backend_pids(migrated) - before)  # as if its process were killed
-    recovered = await store.recover_interrupted_turns()
+    recovered = await pg_store.recover_interrupted_turns()
     assert [(t.turn_id, t.was) for t in recovered] == [("turn_1", "running")]
     await doomed.aclose()
 
@@ -601,7 +599,7 @@ async def wait_until_blocked(admin: asyncpg.Connection, query_part: str) -> int:
     raise AssertionError(f"no backend blocked on {query_part!r}")
 
 
-async def begun_second_turn(store: PostgresConversationStore, scope: ConversationScope) -> TurnCommit:
+async def begun_second_turn(store: ConversationStore, scope: ConversationScope) -> TurnCommit:
     """Commit turn_1, begin turn_2 with one round, and return turn_2's commit (with an artifact)."""
     await run_turn(store, scope, "turn_1")
     handle = store.conversation(scope)
@@ -625,11 +623,11 @@ async def begun_second_turn(store: PostgresConversationStore, scope: Conversatio
 
 @pytest.mark.parametrize("blocked_at", ["berth_conversations", "berth_artifacts"])
 async def test_a_commit_whose_connection_is_terminated_mid_way_applies_exactly_once(
-    store: PostgresConversationStore, scope: ConversationScope, blocked_at: str, caplog: pytest.LogCaptureFixture
+    pg_store: PostgresConversationStore, scope: ConversationScope, blocked_at: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    commit = await begun_second_turn(store, scope)
-    admin = await asyncpg.connect(store.dsn)
-    blocker = await asyncpg.connect(store.dsn)
+    commit = await begun_second_turn(pg_store, scope)
+    admin = await asyncpg.connect(pg_store.dsn)
+    blocker = await asyncpg.connect(pg_store.dsn)
     try:
         holding = blocker.transaction()
         await holding.start()
@@ -643,7 +641,7 @@ async def test_a_commit_whose_connection_is_terminated_mid_way_applies_exactly_o
                 scope.user_id,
                 scope.conversation_id,
             )
-        committing = asyncio.create_task(store.conversation(scope).commit_turn(commit))
+        committing = asyncio.create_task(pg_store.conversation(scope).commit_turn(commit))
         pid = await wait_until_blocked(admin, blocked_at)
         await admin.execute("SELECT pg_terminate_backend($1)", pid)
         await asyncio.sleep(0.1)
@@ -653,36 +651,36 @@ async def test_a_commit_whose_connection_is_terminated_mid_way_applies_exactly_o
     finally:
         await blocker.close()
         await admin.close()
-    snapshot = await store.conversation(scope).load()
+    snapshot = await pg_store.conversation(scope).load()
     assert snapshot.version == commit.base_version + 1
     assert [(t.turn_id, t.state) for t in snapshot.turns] == [("turn_1", "completed"), ("turn_2", "completed")]
-    log = await store.conversation(scope).read_turn_log("turn_2")
+    log = await pg_store.conversation(scope).read_turn_log("turn_2")
     assert [entry.index for entry in log.rounds] == [0, 1, 2], "the final round is in the log once"
-    assert await store.conversation(scope).read_artifact("turn_2/out.txt") == b"out"
-    await assert_consistent(store, scope)
+    assert await pg_store.conversation(scope).read_artifact("turn_2/out.txt") == b"out"
+    await assert_consistent(pg_store, scope)
 
 
 async def test_a_retried_commit_that_already_landed_returns_the_stored_version(
-    store: PostgresConversationStore, scope: ConversationScope
+    pg_store: PostgresConversationStore, scope: ConversationScope
 ) -> None:
-    commit = await begun_second_turn(store, scope)
-    handle = store.conversation(scope)
+    commit = await begun_second_turn(pg_store, scope)
+    handle = pg_store.conversation(scope)
     version = await handle.commit_turn(commit)
 
     async def retry(connection: asyncpg.Connection, retried: bool) -> int:
         return await handle.apply_commit(connection, commit, commit.ended_at, [], retried=True)
 
-    assert await store.transaction(retry) == version  # the reply of the first attempt was lost
+    assert await pg_store.transaction(retry) == version  # the reply of the first attempt was lost
     assert (await handle.load()).version == version
-    await assert_consistent(store, scope)
+    await assert_consistent(pg_store, scope)
 
 
 async def test_an_operation_on_a_pooled_connection_that_was_terminated_is_retried(
-    store: PostgresConversationStore, migrated: str, scope: ConversationScope
+    pg_store: PostgresConversationStore, migrated: str, scope: ConversationScope
 ) -> None:
-    await run_turn(store, scope, "turn_1")
+    await run_turn(pg_store, scope, "turn_1")
     connection = await asyncpg.connect(migrated)
-    try:  # the pool's connections, not the one holding the store's owner lock
+    try:  # the pool's connections, not the one holding the pg_store's owner lock
         pooled = await connection.fetch(
             "SELECT pid FROM pg_stat_activity WHERE datname=current_database() AND pid <> pg_backend_pid()"
             " AND pid NOT IN (SELECT pid FROM pg_locks WHERE locktype='advisory')"
@@ -691,15 +689,15 @@ async def test_an_operation_on_a_pooled_connection_that_was_terminated_is_retrie
         await connection.close()
     assert pooled
     await terminate(migrated, {row["pid"] for row in pooled})
-    await run_turn(store, scope, "turn_2")
-    await assert_consistent(store, scope)
+    await run_turn(pg_store, scope, "turn_2")
+    await assert_consistent(pg_store, scope)
 
 
 async def test_of_two_concurrent_commits_to_one_conversation_one_wins_and_the_other_conflicts(
-    store: PostgresConversationStore, scope: ConversationScope
+    pg_store: PostgresConversationStore, scope: ConversationScope
 ) -> None:
-    await run_turn(store, scope, "turn_1")
-    handle = store.conversation(scope)
+    await run_turn(pg_store, scope, "turn_1")
+    handle = pg_store.conversation(scope)
     base = (await handle.load()).version
     for turn_id in ("turn_a", "turn_b"):
         await handle.begin_turn(turn_id, started_at=T0, generation=None, head=records(head(turn_id)))
@@ -723,13 +721,13 @@ async def test_of_two_concurrent_commits_to_one_conversation_one_wins_and_the_ot
     assert snapshot.version == base + 1
     committed = {t.turn_id: t.state for t in snapshot.turns}
     assert sorted(committed.values()) == ["completed", "completed", "running"]
-    await assert_consistent(store, scope)
+    await assert_consistent(pg_store, scope)
 
 
 async def test_a_turn_accepted_again_after_a_lost_reply_is_not_a_second_turn(
-    store: PostgresConversationStore, scope: ConversationScope
+    pg_store: PostgresConversationStore, scope: ConversationScope
 ) -> None:
-    handle = store.conversation(scope)
+    handle = pg_store.conversation(scope)
     await handle.accept_turn("turn_1", accepted_at=T0, head=prompt_only("turn_1"))
     calls: list[bool] = []
 
@@ -739,7 +737,7 @@ async def test_a_turn_accepted_again_after_a_lost_reply_is_not_a_second_turn(
             raise asyncpg.ConnectionDoesNotExistError("the connection dropped")
         await asyncio.sleep(0)
 
-    await store.transaction(accept_again)
+    await pg_store.transaction(accept_again)
     assert calls == [False, True], "retried once, with retried=True"
     assert [t.turn_id for t in (await handle.load()).turns] == ["turn_1"]
 
