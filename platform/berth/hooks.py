@@ -66,6 +66,19 @@ def berth_storage_backends() -> Mapping[str, Callable[..., Any]]:
 
 
 @hookspec
+def berth_artifact_stores() -> Mapping[str, Callable[..., Any]]:
+    """Contribute artifact stores for distributed storage: ``{kind: factory}``, the ``kind`` of
+    ``platform.storage.artifacts`` (``local``, ``s3``).
+
+    ``factory(settings)`` gets that section's model and returns an (unopened)
+    :class:`~berth.storage.artifacts.ArtifactStore`.
+
+    Called once at host start-up in distributed mode. Not firstresult.
+    """
+    raise NotImplementedError
+
+
+@hookspec
 def berth_storage_migrations() -> Mapping[str, StorageMigrator]:
     """Contribute schema migrations for storage kinds whose stores live in a database server: ``{kind: migrate}``.
 

@@ -99,6 +99,15 @@ class LiveDelivery:
     started_turn: bool
 
 
+@dataclass(frozen=True)
+class FileSource:
+    """A conversation file to send: its bytes, a stream of them, or a URL the client downloads it from."""
+
+    data: bytes | None = None
+    chunks: AsyncIterator[bytes] | None = None
+    url: str | None = None
+
+
 def events_url(scope: ConversationScope, turn_id: str) -> str:
     """Where a turn's events stream (relative to the API's root)."""
     return f"/v1/{scope.tenant}/{scope.project}/conversations/{scope.conversation_id}/turns/{turn_id}/events"
@@ -696,6 +705,24 @@ class HostServices:
             return False
         reply = await self.distributed.control.send(turn_id, {"kind": "cancel"})
         return bool(reply and reply.get("cancelled"))
+
+    async def file_source(self, scope: ConversationScope, path: str, *, filename: str, mime: str) -> FileSource:
+        """Where a committed file of the conversation is read from: its bytes, an object store's stream, or a
+        presigned URL to redirect to (distributed storage with ``presigned_downloads``).
+
+        :raises StorageError: ``artifact_not_found`` or ``unsafe_artifact_path``.
+        """
+        assert self.store is not None
+        handle = self.store.conversation(scope)
+        objects = self.distributed.connections.artifact_store if self.distributed is not None else None
+        locate = getattr(handle, "artifact_at", None)
+        if objects is None or locate is None:
+            return FileSource(data=await handle.read_artifact(path))
+        data, key = await locate(path)
+        if data is not None:
+            return FileSource(data=data)
+        url = await objects.download_url(key, filename=filename, mime=mime)
+        return FileSource(url=url) if url else FileSource(chunks=objects.chunks(key))
 
     def models_for(self, scope: ConversationScope) -> ModelResolver:
         """The model resolver of a scope: role (None = default) → (model reference, provider)."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from berth.config import Configuration
 from berth.config.errors import ConfigError
 from berth.config.models.assembly import DistributedStorage, LocalArtifacts, S3Artifacts
 from berth.host.plugins import PlatformPlugins
+from berth.storage.artifacts import ArtifactStore
 
 __all__ = ["DistributedConnections", "distributed_backend"]
 
@@ -25,6 +26,8 @@ class DistributedConnections:
     artifacts: S3Artifacts | LocalArtifacts
     pool_min: int = 1
     pool_max: int = 10
+    artifact_store: ArtifactStore | None = None
+    """The store built for ``artifacts`` (by :func:`distributed_backend`); the backend closes it."""
 
     def __repr__(self) -> str:
         return f"DistributedConnections(postgres=***, redis=***, artifacts={self.artifacts.kind})"
@@ -62,4 +65,15 @@ def distributed_backend(config: Configuration, plugins: PlatformPlugins) -> Any:
             "platform.storage.kind 'distributed' needs the berth-postgres plugin; install it "
             "(pip install ./plugins/postgres) or use kind: embedded",
         )
-    return factory(DistributedConnections.resolve(config))
+    connections = DistributedConnections.resolve(config)
+    settings = connections.artifacts
+    if isinstance(settings, LocalArtifacts):  # relative to the descriptors, as the embedded root is
+        settings = settings.model_copy(update={"root": str((config.descriptors.base_dir / settings.root).resolve())})
+    make_store = plugins.artifact_stores().get(settings.kind)
+    if make_store is None:
+        raise ConfigError(
+            "artifacts_plugin_missing",
+            f"platform.storage.artifacts.kind {settings.kind!r} needs a plugin that provides it "
+            f"(s3: pip install ./plugins/aws); installed: {', '.join(sorted(plugins.artifact_stores())) or 'none'}",
+        )
+    return factory(replace(connections, artifact_store=make_store(settings)))

@@ -144,6 +144,10 @@ class PlatformPlugins:
         """Every storage backend factory, by kind."""
         return self._collect("berth_storage_backends")
 
+    def artifact_stores(self) -> dict[str, Callable[..., Any]]:
+        """Every artifact store factory, by ``platform.storage.artifacts`` kind."""
+        return self._collect("berth_artifact_stores")
+
     def storage_migrators(self) -> dict[str, Callable[..., Any]]:
         """Every storage migrator (``berth migrate``), by storage kind."""
         return self._collect("berth_storage_migrations")

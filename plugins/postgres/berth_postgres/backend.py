@@ -1,8 +1,9 @@
 """The ``distributed`` storage backend: the conversation store, metadata and memory index on PostgreSQL.
 
-The three stores share one asyncpg pool (the conversation store's, sized by ``platform.storage.postgres``
-``pool_min``/``pool_max``). The conversation store runs in queued mode: turns belong to the turn queue until a
-worker claims them (:mod:`berth.distributed`).
+File bytes go to the artifact store of ``platform.storage.artifacts`` (S3, or a local folder); the rows that
+say which file is at which path are committed with the turn. The three stores share one asyncpg pool (the
+conversation store's, sized by ``platform.storage.postgres`` ``pool_min``/``pool_max``). The conversation store
+runs in queued mode: turns belong to the turn queue until a worker claims them (:mod:`berth.distributed`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ class PostgresStorageBackend:
     def __init__(self, connections: DistributedConnections) -> None:
         self.connections = connections
         self._conversations = PostgresConversationStore(
-            connections.postgres_dsn, pool_min=connections.pool_min, pool_max=connections.pool_max, queued=True
+            connections.postgres_dsn,
+            pool_min=connections.pool_min,
+            pool_max=connections.pool_max,
+            queued=True,
+            artifacts=connections.artifact_store,
         )
         self._memory: PostgresMemoryIndex | None = None
         self._meta: PostgresMetaStore | None = None
@@ -64,6 +69,8 @@ class PostgresStorageBackend:
             if store is not None:
                 await store.aclose()
         await self._conversations.aclose()
+        if self.connections.artifact_store is not None:
+            await self.connections.artifact_store.aclose()
 
 
 def create_distributed_storage(settings: object, /) -> PostgresStorageBackend:

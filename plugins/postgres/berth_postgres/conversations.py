@@ -59,6 +59,7 @@ from typing import Any, Final, Self, TypeVar, cast
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth.config.errors import ConfigError
+from berth.storage.artifacts import ArtifactStore, artifact_key
 from berth.storage.claims import ClaimedTurn, UnfinishedTurn
 from berth.storage.conversations import (
     BlockRecord,
@@ -284,15 +285,33 @@ class PostgresConversationHandle:
 
     async def read_artifact(self, path: str) -> bytes:
         """Return a committed artifact of this conversation."""
+        data, location = await self.artifact_at(path)
+        if data is not None:
+            return data
+        objects = self._store.artifacts
+        if objects is None:
+            raise StorageError("artifact_not_found", f"artifact {path!r} is in an object store this store has not")
+        try:
+            return await objects.get(location)
+        except KeyError:
+            raise StorageError("artifact_not_found", f"the object of artifact {path!r} is missing") from None
+
+    async def artifact_at(self, path: str) -> tuple[bytes | None, str]:
+        """A committed artifact's bytes when this database holds them, else ``(None, its object key)``.
+
+        :raises StorageError: ``artifact_not_found``, ``unsafe_artifact_path``.
+        """
         checked = _checked_artifact_path(path)
 
-        async def work(connection: Connection, retried: bool) -> bytes:
-            data = await connection.fetchval(
-                "SELECT data FROM berth_artifacts WHERE " + _SCOPE + " AND path=$5", *self._key, checked
+        async def work(connection: Connection, retried: bool) -> tuple[bytes | None, str]:
+            row = await connection.fetchrow(
+                "SELECT data, location FROM berth_artifacts WHERE " + _SCOPE + " AND path=$5", *self._key, checked
             )
-            if data is None:
+            if row is None:
                 raise StorageError("artifact_not_found", f"no committed artifact at {checked!r}")
-            return bytes(data)
+            if row["data"] is not None:
+                return bytes(row["data"]), ""
+            return None, str(row["location"])
 
         return await self._store.transaction(work)
 
@@ -525,10 +544,16 @@ class PostgresConversationHandle:
         :raises StorageError: ``turn_not_found``, ``conflicting_commit``, ``unsafe_artifact_path``,
             ``unknown_logged_block`` (nothing is written then).
         """
-        artifacts = [
-            (_checked_artifact_path(a.path), hashlib.sha256(a.data).hexdigest(), len(a.data), a.data)
-            for a in commit.artifacts
-        ]
+        artifacts: list[tuple[str, str, int, bytes | None, str | None]] = []
+        objects = self._store.artifacts
+        for artifact in commit.artifacts:
+            path, digest = _checked_artifact_path(artifact.path), hashlib.sha256(artifact.data).hexdigest()
+            if objects is None:
+                artifacts.append((path, digest, len(artifact.data), artifact.data, None))
+                continue
+            key = artifact_key(self._scope, digest)  # content-addressed: immutable, and harmless if the commit fails
+            await objects.put(key, artifact.data)
+            artifacts.append((path, digest, len(artifact.data), None, key))
         ended_at = _aware(commit.ended_at)
 
         async def work(connection: Connection, retried: bool) -> int:
@@ -541,7 +566,7 @@ class PostgresConversationHandle:
         connection: Connection,
         commit: TurnCommit,
         ended_at: datetime,
-        artifacts: Sequence[tuple[str, str, int, bytes]],
+        artifacts: Sequence[tuple[str, str, int, bytes | None, str | None]],
         *,
         retried: bool,
     ) -> int:
@@ -573,10 +598,13 @@ class PostgresConversationHandle:
         if artifacts:
             await connection.executemany(
                 "INSERT INTO berth_artifacts (tenant, project, user_id, conversation_id, path, sha256, size, turn_id,"
-                " data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                " data, location) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
                 " ON CONFLICT (tenant, project, user_id, conversation_id, path) DO UPDATE SET sha256=excluded.sha256,"
-                " size=excluded.size, turn_id=excluded.turn_id, data=excluded.data",
-                [(*self._key, path, digest, size, commit.turn_id, data) for path, digest, size, data in artifacts],
+                " size=excluded.size, turn_id=excluded.turn_id, data=excluded.data, location=excluded.location",
+                [
+                    (*self._key, path, digest, size, commit.turn_id, *stored)
+                    for path, digest, size, *stored in artifacts
+                ],
             )
         usage = commit.usage
         new_version = commit.base_version + 1
@@ -642,11 +670,23 @@ class PostgresConversationStore:
     :param pool_min: connections the pool keeps open.
     :param pool_max: connections the pool opens at most (plus one this instance holds for its owner lock).
     :param queued: queued mode (see the module's docstring): for distributed storage with a turn queue.
+    :param artifacts: the object store for file bytes (uploaded before the commit, content-addressed); without
+        one they are kept in ``berth_artifacts.data``.
     """
 
-    def __init__(self, dsn: str, *, pool_min: int = 1, pool_max: int = 10, queued: bool = False) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        queued: bool = False,
+        artifacts: ArtifactStore | None = None,
+    ) -> None:
         self.dsn = dsn
         self.queued = queued
+        self.artifacts = artifacts
+        """Where file bytes go (S3, a folder); None keeps them in the database."""
         """Turns belong to the turn queue until claimed; a gone owner's turns are resumed, not interrupted."""
         self.pool_min = pool_min
         self.pool_max = pool_max

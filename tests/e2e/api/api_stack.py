@@ -168,7 +168,8 @@ async def api_stack(
     script = write_script(tmp_path / "script.yaml", responses, repeat)
     if current_storage_kind() == "distributed":
         async with distributed_storage() as storage:
-            platform = {**(platform or {}), "storage": storage}
+            extra = (platform or {}).get("storage", {})  # a test's additions (the artifact store)
+            platform = {**(platform or {}), "storage": {**storage, **extra}}
             descriptors = write_stack_descriptors(
                 tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
             )

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from berth.api.attachments import check_attachment
@@ -406,19 +406,21 @@ async def conversation_file(
         raise ApiError(400, exc.code, str(exc)) from None
     if not isinstance(parsed, FilePath) or parsed.area not in ("outputs", "attachments") or not parsed.rel:
         raise ApiError(404, "not_found", "only fi:<turn>.outputs/… and fi:<turn>.attachments/… files can be downloaded")
-    assert host.store is not None
-    try:
-        data = await host.store.conversation(meta.scope).read_artifact(f"{parsed.turn_id}/{parsed.area}/{parsed.rel}")
-    except StorageError:
-        raise not_found(f"file {path}") from None
     name = parsed.rel.rsplit("/", 1)[-1]
     mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    try:
+        source = await host.file_source(
+            meta.scope, f"{parsed.turn_id}/{parsed.area}/{parsed.rel}", filename=name, mime=mime
+        )
+    except StorageError:
+        raise not_found(f"file {path}") from None
+    if source.url is not None:  # a presigned URL of the object store: the client downloads from there
+        return RedirectResponse(source.url, status_code=307, headers={"Cache-Control": "no-store"})
     disposition = "inline" if mime.startswith(("text/", "image/")) or mime == "application/pdf" else "attachment"
-    return Response(
-        data,
-        media_type=mime,
-        headers={"Content-Disposition": f'{disposition}; filename="{name}"', "X-Content-Type-Options": "nosniff"},
-    )
+    headers = {"Content-Disposition": f'{disposition}; filename="{name}"', "X-Content-Type-Options": "nosniff"}
+    if source.chunks is not None:
+        return StreamingResponse(source.chunks, media_type=mime, headers=headers)
+    return Response(source.data, media_type=mime, headers=headers)
 
 
 __all__ = ["router"]

@@ -40,6 +40,11 @@ class S3Artifacts(DescriptorModel):
     prefix: str = ""
     region: str | None = None
     endpoint_url: str | None = Field(None, description="for S3-compatible stores")
+    presigned_downloads: bool = Field(
+        False, description="the files route redirects to a presigned URL instead of streaming the object"
+    )
+    presign_ttl_s: int = Field(300, ge=1, le=7 * 24 * 3600, description="how long a presigned URL is valid")
+    multipart_threshold_mb: int = Field(8, ge=5, description="objects this large or larger are uploaded in parts")
 
 
 class LocalArtifacts(DescriptorModel):

@@ -332,4 +332,3 @@ def create_anthropic_provider(model_ref: ModelRef, secrets: SecretLookup) -> Ant
     return AnthropicProvider(
         model_ref, api_key=resolve_api_key(model_ref, secrets, DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE)
     )
-
