@@ -60,16 +60,30 @@ def check_model_credentials(config: Configuration) -> None:
 @click.option("--reload", "watch", is_flag=True, help="development: reload bundles and descriptors when files change")
 @click.option("--demo", is_flag=True, help="answer with the scripted demo model (no API key needed)")
 @click.option("--var", "var_root", type=click.Path(file_okay=False, path_type=Path), help="storage root override")
+@click.option(
+    "--check-services",
+    is_flag=True,
+    help="distributed storage: say whether PostgreSQL, Redis and the artifact store answer, then exit",
+)
 def run(
-    descriptors: Path | None, host: str | None, port: int | None, watch: bool, demo: bool, var_root: Path | None
+    descriptors: Path | None,
+    host: str | None,
+    port: int | None,
+    watch: bool,
+    demo: bool,
+    var_root: Path | None,
+    check_services: bool,
 ) -> None:
-    """Serve the HTTP API and the web UI."""
+    """Serve the HTTP API and the web UI (with distributed storage: the API only; `berth worker` runs turns)."""
     import uvicorn
 
     configure_logging(host_environment().log_level)
     services = build_services(descriptors, var_root=var_root, watch=watch)
     config = services.initial_config
     assert config is not None
+    if check_services:
+        report_services(config)
+        return
     if demo:
         services = build_services(
             descriptors, var_root=var_root, watch=watch, platform_overrides=demo_overrides(config)
@@ -97,6 +111,21 @@ def run(
         log_level="warning",
         log_config=None,
     )
+
+
+def report_services(config: Configuration) -> None:
+    """Print whether each service of a distributed assembly answers; exit 1 when one does not."""
+    from berth.distributed.probes import probe_services
+    from berth.host.plugins import PlatformPlugins
+
+    if config.settings_for().storage.kind != "distributed":
+        click.echo("storage is embedded: SQLite and files under the storage root, nothing to reach")
+        return
+    probes = asyncio.run(probe_services(config, PlatformPlugins.discover()))
+    for probe in probes:
+        click.echo(f"{probe.service:<18} {'ok' if probe.ok else 'UNREACHABLE':<12} {probe.detail}")
+    if not all(probe.ok for probe in probes):
+        raise click.exceptions.Exit(1)
 
 
 async def _feed_lines(given: tuple[str, ...], lines: asyncio.Queue[str | None]) -> None:

@@ -14,9 +14,11 @@ from berth.config.descriptors import (
     DescriptorSet,
 )
 from berth.config.errors import ConfigError, DescriptorError, DescriptorProblem
+from berth.config.models.assembly import DistributedStorage
 from berth.config.models.common import is_secret_ref, secret_ref_name
 from berth.config.secrets import parse_secret_source
 from berth.config.settings import resolve_platform_settings
+from berth.config.storage_checks import distributed_storage_problems
 from berth.config.yamlsource import format_field_path
 
 
@@ -32,7 +34,16 @@ def cross_file_problems(descriptors: DescriptorSet, secret_providers: Iterable[s
         *_secret_source_problems(descriptors, providers),
         *_effective_settings_problems(descriptors),
         *_bundle_exec_problems(descriptors),
+        *_storage_problems(descriptors),
     ]
+
+
+def _storage_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    """The form of a distributed assembly's DSN, Redis URL and bucket (``berth run --check-services`` connects)."""
+    storage = descriptors.assembly.platform.storage
+    if isinstance(storage, DistributedStorage):
+        for path, message in distributed_storage_problems(storage):
+            yield _problem(descriptors, ASSEMBLY, ("platform", "storage", *path), message)
 
 
 def _problem(descriptors: DescriptorSet, file: str, path: tuple[Any, ...], message: str) -> DescriptorProblem:

@@ -14,11 +14,12 @@ RETRIES = 60
 """Attempts per command while Redis is unreachable: with the backoff's 0.5 s cap, about 30 s (a restart)."""
 
 
-def connect_redis(url: str) -> aioredis.Redis:
-    """A client for ``url`` whose commands retry (with backoff) while the server restarts or a connection drops."""
+def connect_redis(url: str, *, retries: int = RETRIES) -> aioredis.Redis:
+    """A client for ``url`` whose commands retry (with backoff) while the server restarts or a connection drops;
+    ``retries=0`` for a probe that must answer at once."""
     return aioredis.from_url(
         url,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), RETRIES),
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), retries),
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         health_check_interval=15,
         socket_connect_timeout=5,

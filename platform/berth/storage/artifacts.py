@@ -46,6 +46,13 @@ class ArtifactStore(Protocol):
         """A URL a client may download the object from directly (a presigned URL), or None to stream it."""
         ...
 
+    async def check(self) -> str:
+        """Reach the store (the bucket exists and answers; the folder is writable); say what was found.
+
+        :raises Exception: the store's own error when it cannot be reached.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Release clients and threads."""
         ...

@@ -105,6 +105,11 @@ class S3ArtifactStore:
         )
         return url
 
+    async def check(self) -> str:
+        """The bucket exists and these credentials reach it (``HeadBucket``)."""
+        await asyncio.to_thread(self._client.head_bucket, Bucket=self.settings.bucket)
+        return f"bucket {self.settings.bucket}"
+
     async def aclose(self) -> None:
         """Close the client's connections."""
         await asyncio.to_thread(self._client.close)

@@ -63,6 +63,11 @@ class PostgresStorageBackend:
             await self._conversations.aclose()
             raise
 
+    async def ping(self) -> str:
+        """One query through the pool; the server's version."""
+        version = await self._conversations.pool.fetchval("SHOW server_version")
+        return f"PostgreSQL {version}"
+
     async def aclose(self) -> None:
         """Close the stores and the pool."""
         for store in (self._meta, self._memory):

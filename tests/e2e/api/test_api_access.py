@@ -184,6 +184,10 @@ async def test_ops_endpoints_and_a_valid_openapi_document(tmp_path: Path) -> Non
         ready = await stack.client.get("/readyz")
         assert ready.status_code == 200
         assert ready.json()["checks"]["bundles"] == ["hello"]
+        if stack.worker is not None:  # distributed: the services every process shares answer
+            services = ready.json()["checks"]["services"]
+            assert set(services) == {"postgres", "redis", "artifacts (local)"}
+            assert all(service["ok"] for service in services.values()), services
         metrics = (await stack.client.get("/metrics", headers=stack.auth("admin"))).text
         for name in (
             "berth_turns_total",

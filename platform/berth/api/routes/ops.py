@@ -13,6 +13,7 @@ from berth.api.deps import services
 from berth.api.errors import error_responses
 from berth.api.schemas import Readiness
 from berth.api.services import HostServices
+from berth.distributed.probes import probe_backend
 
 router = APIRouter(tags=["ops"])
 Services = Annotated[HostServices, Depends(services)]
@@ -31,11 +32,16 @@ async def healthz() -> dict[str, str]:
     responses={503: {"model": Readiness, "description": "not ready yet (or no longer)"}},
 )
 async def readyz(host: Services) -> JSONResponse:
-    """Storage open, bus running and at least one bundle loaded."""
+    """Storage open, bus running and at least one bundle loaded; in distributed mode, PostgreSQL, Redis and the
+    artifact store answering (``checks.services`` says which does not)."""
     checks: dict[str, Any] = {"storage": host.started and host.store is not None, "bus": host.runtime.bus is not None}
     loaded = [s.id for s in host.registry.statuses() if s.state == "loaded"] if host.runtime.registry else []
     checks["bundles"] = loaded
     ready = bool(checks["storage"] and checks["bus"] and loaded)
+    if host.distributed is not None and host.storage is not None:  # the services every process shares
+        probes = await probe_backend(host.storage, host.distributed.redis)
+        checks["services"] = {probe.service: {"ok": probe.ok, "detail": probe.detail} for probe in probes}
+        ready = ready and all(probe.ok for probe in probes)
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 

@@ -71,6 +71,17 @@ class LocalArtifactStore:
         """None: local objects are streamed by the API."""
         return None
 
+    async def check(self) -> str:
+        """The folder exists (it is created) and is writable."""
+
+        def probe() -> str:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.root, os.W_OK):
+                raise PermissionError(f"{self.root} is not writable")
+            return f"folder {self.root}"
+
+        return await asyncio.to_thread(probe)
+
     async def aclose(self) -> None:
         """Nothing to release."""
 

@@ -1,0 +1,90 @@
+"""Which of a distributed deployment's services answer: PostgreSQL (and its schema), Redis, the artifact store.
+
+``berth run --check-services`` (and ``berth worker --check-services``) print the probes and exit; ``/readyz`` of an
+API process in distributed mode reports them too. A probe's detail names the server, never a password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from berth.config import Configuration
+from berth.config.errors import ConfigError
+from berth.distributed.connections import distributed_backend
+from berth.distributed.redis_client import connect_redis
+from berth.host.plugins import PlatformPlugins
+
+__all__ = ["ServiceProbe", "probe_backend", "probe_services"]
+
+PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ServiceProbe:
+    """One service: whether it answered, and what was found (or why not)."""
+
+    service: str
+    ok: bool
+    detail: str
+
+
+async def _probe(service: str, check: Any) -> ServiceProbe:
+    try:
+        detail = await asyncio.wait_for(check, PROBE_TIMEOUT_S)
+    except TimeoutError:
+        return ServiceProbe(service, False, f"no answer within {PROBE_TIMEOUT_S:g} s")
+    except ConfigError as error:
+        return ServiceProbe(service, False, str(error))
+    except (OSError, RedisError, KeyError, RuntimeError, ValueError) as error:
+        return ServiceProbe(service, False, f"{type(error).__name__}: {error}")
+    except Exception as error:  # a driver's own error type (asyncpg, botocore): reported, never raised
+        return ServiceProbe(service, False, f"{type(error).__name__}: {error}")
+    return ServiceProbe(service, True, str(detail))
+
+
+async def probe_backend(backend: Any, redis: Any) -> list[ServiceProbe]:
+    """Probe an open backend's PostgreSQL and artifact store, and ``redis`` (what ``/readyz`` reports)."""
+    probes = [await _probe("postgres", backend.ping()), await _probe("redis", _ping_redis(redis))]
+    store = backend.connections.artifact_store
+    if store is not None:
+        probes.append(await _probe(f"artifacts ({backend.connections.artifacts.kind})", store.check()))
+    return probes
+
+
+async def _ping_redis(client: Any) -> str:
+    await client.ping()
+    info = await client.info("server")
+    return f"redis {info.get('redis_version', '?')}"
+
+
+async def probe_services(config: Configuration, plugins: PlatformPlugins) -> list[ServiceProbe]:
+    """Connect to each service the descriptors name (opening the storage backend checks the schema too)."""
+    try:
+        backend = distributed_backend(config, plugins)
+    except ConfigError as error:
+        return [ServiceProbe("storage", False, str(error))]
+    opened = await _probe("postgres", _open(backend))
+    client = connect_redis(backend.connections.redis_url, retries=0)
+    try:
+        if not opened.ok:
+            probes = [opened, await _probe("redis", _ping_redis(client))]
+            store = backend.connections.artifact_store
+            if store is not None:
+                probes.append(await _probe(f"artifacts ({backend.connections.artifacts.kind})", store.check()))
+                await store.aclose()
+            return probes
+        try:
+            return await probe_backend(backend, client)
+        finally:
+            await backend.aclose()
+    finally:
+        await client.aclose()
+
+
+async def _open(backend: Any) -> str:
+    await backend.open()
+    return str(await backend.ping())
