@@ -64,8 +64,9 @@ def distributed_storage_problems(storage: DistributedStorage) -> Iterator[tuple[
     if dsn is not None and (problem := dsn_problem(dsn)):
         yield ("postgres", "dsn"), f"the PostgreSQL DSN {problem}"
     if storage.postgres.pool_min > storage.postgres.pool_max:
-        yield ("postgres", "pool_min"), (
-            f"pool_min ({storage.postgres.pool_min}) is larger than pool_max ({storage.postgres.pool_max})"
+        yield (
+            ("postgres", "pool_min"),
+            (f"pool_min ({storage.postgres.pool_min}) is larger than pool_max ({storage.postgres.pool_max})"),
         )
     url = _literal(storage.redis.url)
     if url is not None and (problem := redis_url_problem(url)):
