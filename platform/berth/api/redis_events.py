@@ -11,6 +11,7 @@ by themselves after :data:`EVENTS_TTL_S`.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,8 @@ from berth.api.sse import HEARTBEAT, encode_frame
 from berth.runtime.events import TurnEvent
 
 __all__ = ["EVENTS_TTL_S", "RedisTurnEventLog"]
+
+log = logging.getLogger(__name__)
 
 EVENTS_TTL_S = 3600
 """How long a turn's events stay replayable after its last event."""
@@ -45,7 +48,8 @@ class RedisTurnEventLog:
         self._ttl_s = ttl_s
         self._count = 0
         self._closed = False
-        self._writing = asyncio.Lock()  # the turn and a live event may append at once: ids must stay in order
+        self._pending: list[tuple[int, bytes]] = []  # appended, not written yet: (seq, frame)
+        self._flusher: asyncio.Task[None] | None = None
 
     @property
     def closed(self) -> bool:
@@ -72,28 +76,43 @@ class RedisTurnEventLog:
             self._closed = part == "1"
 
     async def append(self, event: TurnEvent) -> None:
-        """Append the next event's frame (one round trip: the entry and the key's expiry)."""
-        async with self._writing:
-            if self._closed:
-                raise RuntimeError(f"the event log of turn {self.turn_id} is closed")
-            seq = self._count + 1
-            frame = encode_frame(f"{self.turn_id}:{seq}", event)
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.xadd(self._key, {_FRAME: frame}, id=f"{seq}-0")
-                pipe.expire(self._key, self._ttl_s)
-                await pipe.execute()
-            self._count = seq
+        """Append the next event's frame. It is written behind: the events a turn emits while one write is on its
+        way go together in the next one (a pipeline of ``XADD``s and the key's expiry), so a burst of deltas
+        costs one round trip, not one each. :meth:`close` (or :meth:`flush`) waits until all are written."""
+        if self._closed:
+            raise RuntimeError(f"the event log of turn {self.turn_id} is closed")
+        self._count += 1
+        self._pending.append((self._count, encode_frame(f"{self.turn_id}:{self._count}", event)))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._write_pending(), name="turn events")
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for seq, frame in batch:
+                        pipe.xadd(self._key, {_FRAME: frame}, id=f"{seq}-0")
+                    pipe.expire(self._key, self._ttl_s)
+                    await pipe.execute()
+            except Exception:  # Redis gone past the client's retries: the store still holds the turn
+                log.warning("could not write %d event(s) of turn %s to Redis", len(batch), self.turn_id, exc_info=True)
+
+    async def flush(self) -> None:
+        """Wait until every appended event is written."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
 
     async def close(self) -> None:
-        """Mark the turn finished: readers end after the last event."""
-        async with self._writing:
-            if self._closed:
-                return
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.xadd(self._key, {_END: b""}, id=f"{self._count}-1")
-                pipe.expire(self._key, self._ttl_s)
-                await pipe.execute()
-            self._closed = True
+        """Write what is pending, then mark the turn finished: readers end after the last event."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.flush()
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.xadd(self._key, {_END: b""}, id=f"{self._count}-1")
+            pipe.expire(self._key, self._ttl_s)
+            await pipe.execute()
 
     async def frames(self, after: int = 0, heartbeat_s: float = 15.0) -> AsyncIterator[bytes]:
         """Frames after sequence ``after``, then new ones as they come; heartbeats while idle.
