@@ -142,17 +142,21 @@ class Admission:
             raise
         if not granted:
             reservation.release()
-            raise self._refusal(
-                tenant,
-                "concurrent_turns",
-                429,
-                "too_many_turns",
-                f"tenant {tenant} already runs {capacity} turns, its limit of concurrent turns; "
-                f"retry in {backpressure.retry_after_s:g} s",
-                backpressure.retry_after_s,
-                concurrent_turns=capacity,
-            )
+            raise self._tenant_full(tenant, capacity, backpressure.retry_after_s)
         return TurnAdmission(self, tenant, turn_id, reservation)
+
+    def _tenant_full(self, tenant: str, capacity: int, retry_after_s: float) -> ApiError:
+        """The 429 refusing a turn of ``tenant``, which runs ``capacity`` turns already."""
+        return self._refusal(
+            tenant,
+            "concurrent_turns",
+            429,
+            "too_many_turns",
+            f"tenant {tenant} already runs {capacity} turns, its limit of concurrent turns; "
+            f"retry in {retry_after_s:g} s",
+            retry_after_s,
+            concurrent_turns=capacity,
+        )
 
     async def admit_queued(self, tenant: str, turn_id: str, *, queued: int) -> bool:
         """Admit one turn of ``tenant`` to the turn queue (distributed mode); return whether it took a lease of
@@ -181,16 +185,7 @@ class Admission:
             log.warning("admission counters unavailable, turn let in: %s", exc)
             return False
         if not granted:
-            raise self._refusal(
-                tenant,
-                "concurrent_turns",
-                429,
-                "too_many_turns",
-                f"tenant {tenant} already runs {capacity} turns, its limit of concurrent turns; "
-                f"retry in {backpressure.retry_after_s:g} s",
-                backpressure.retry_after_s,
-                concurrent_turns=capacity,
-            )
+            raise self._tenant_full(tenant, capacity, backpressure.retry_after_s)
         hand_over = getattr(self.counters, "hand_over", None)
         if hand_over is not None:
             hand_over(f"turns:{tenant}", turn_id)

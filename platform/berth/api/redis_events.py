@@ -18,6 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from berth.api.sse import HEARTBEAT, encode_frame
+from berth.distributed.redis_client import let_finish
 from berth.runtime.events import TurnEvent
 
 __all__ = ["EVENTS_TTL_S", "RedisTurnEventLog"]
@@ -123,7 +124,7 @@ class RedisTurnEventLog:
         block_ms = max(int(heartbeat_s * 1000), 1)
         while True:
             # RESP2 shape (the client's default): [[key, [(entry id, {field: value}), ...]]]
-            reply: Any = await self._client.xread({self._key: position}, count=_READ_BATCH, block=block_ms)
+            reply: Any = await let_finish(self._client.xread({self._key: position}, count=_READ_BATCH, block=block_ms))
             if not reply:
                 yield HEARTBEAT
                 continue

@@ -655,13 +655,10 @@ class HostServices:
             snapshot = await handle.load()
             current = next((t for t in snapshot.turns if t.state in ("accepted", "running")), None)
             if current is None:
-                try:
-                    started = await self.start_turn(scope, bundle_id, event.message, attachments=event.attachments)
-                except ApiError as refused:
-                    if refused.code == "turn_in_progress":  # another event started one just now: deliver to it
-                        continue
-                    raise
-                return LiveDelivery(started.turn_id, None, started_turn=True)
+                started = await self._start_with(scope, bundle_id, event)
+                if started is None:
+                    continue
+                return started
             message = {"kind": event.kind, "message": event.message, "files": encode_attachments(event.attachments)}
             reply = await self.distributed.control.send(current.turn_id, message)
             if reply is None:  # still queued (or its worker died): it takes the event when it (re)starts
@@ -786,14 +783,21 @@ class HostServices:
                 )
                 await current.log.append(TurnEvent(kind, live_event_data(received)))
                 return LiveDelivery(current.turn_id, received.block.path, started_turn=False)
-            try:
-                started = await self.start_turn(scope, bundle_id, event.message, attachments=event.attachments)
-            except ApiError as refused:
-                if refused.code == "turn_in_progress":  # another event started one just now: deliver to it
-                    continue
-                raise
-            return LiveDelivery(started.turn_id, None, started_turn=True)
+            started = await self._start_with(scope, bundle_id, event)
+            if started is not None:
+                return started
         raise ApiError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
+
+    async def _start_with(self, scope: ConversationScope, bundle_id: str, event: LiveEvent) -> LiveDelivery | None:
+        """Start the conversation's next turn with a live event; None when another one started just now (the
+        caller delivers the event to that one instead)."""
+        try:
+            started = await self.start_turn(scope, bundle_id, event.message, attachments=event.attachments)
+        except ApiError as refused:
+            if refused.code == "turn_in_progress":
+                return None
+            raise
+        return LiveDelivery(started.turn_id, None, started_turn=True)
 
     async def _known_turn(self, scope: ConversationScope, turn_id: str) -> None:
         """404 unless the conversation ``scope`` names has a turn ``turn_id`` in the store."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from pathlib import Path
 
 import click
@@ -56,6 +57,7 @@ def worker(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, turns.stop)
+        loop.add_signal_handler(signal.SIGUSR1, _print_tasks)
         click.echo(f"worker {turns.name} ready: runs up to {concurrency} queued turns", err=True)
         try:
             await turns.run()
@@ -78,3 +80,10 @@ async def _follow_reloads(descriptors: Path | None, worker_id: str | None, *, wa
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await runtime.stop()
+
+
+def _print_tasks() -> None:
+    """``kill -USR1 <worker>``: print where each task of the worker waits (to find a turn that does not end)."""
+    for task in asyncio.all_tasks():
+        click.echo(f"--- {task.get_name()}", err=True)
+        task.print_stack(limit=12, file=sys.stderr)

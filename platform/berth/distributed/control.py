@@ -20,6 +20,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from berth.distributed.redis_client import let_finish
+
 __all__ = ["REPLY_WAIT_S", "ControlHandler", "TurnControl", "decode_attachments", "encode_attachments"]
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ class TurnControl:
         key = self._prefix + turn_id
         position = "0-0"
         while True:
-            reply: Any = await self._client.xread({key: position}, count=16, block=1000)
+            reply: Any = await let_finish(self._client.xread({key: position}, count=16, block=1000))
             for _, entries in reply or ():
                 for entry_id, fields in entries:
                     position = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)

@@ -25,6 +25,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from berth.distributed.redis_client import let_finish
 from berth.storage.scope import ConversationScope
 
 __all__ = ["QueueEntry", "TurnQueue"]
@@ -103,8 +104,8 @@ class TurnQueue:
     async def read(self, consumer: str, count: int, *, block_ms: int) -> list[QueueEntry]:
         """Up to ``count`` new entries for ``consumer``, waiting up to ``block_ms`` for the first."""
         try:
-            reply: Any = await self._client.xreadgroup(
-                GROUP, consumer, {self._stream: ">"}, count=count, block=block_ms
+            reply: Any = await let_finish(
+                self._client.xreadgroup(GROUP, consumer, {self._stream: ">"}, count=count, block=block_ms)
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):

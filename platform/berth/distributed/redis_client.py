@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["RETRIES", "connect_redis"]
+__all__ = ["RETRIES", "connect_redis", "let_finish"]
+
+_T = TypeVar("_T")
 
 RETRIES = 60
 """Attempts per command while Redis is unreachable: with the backoff's 0.5 s cap, about 30 s (a restart)."""
@@ -24,3 +30,14 @@ def connect_redis(url: str, *, retries: int = RETRIES) -> aioredis.Redis:
         health_check_interval=15,
         socket_connect_timeout=5,
     )
+
+
+async def let_finish(command: Awaitable[_T]) -> _T:
+    """Await a blocking Redis command (``XREAD … BLOCK``) so that cancelling the caller does not cancel it.
+
+    Cancelling redis-py's client in the middle of a blocked read can leave the cancelled task waiting forever
+    (seen with several hundred concurrent turns: a turn whose control listener was cancelled never ended). The
+    command runs in a task of its own and finishes by itself within its ``BLOCK`` time; the caller is
+    cancelled at once.
+    """
+    return await asyncio.shield(asyncio.ensure_future(command))

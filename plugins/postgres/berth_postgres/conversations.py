@@ -179,6 +179,13 @@ def _turn_record(row: Any) -> TurnRecord:
     )
 
 
+def _row_scope(row: Any) -> ConversationScope:
+    """The conversation a row's ``tenant``, ``project``, ``user_id`` and ``conversation_id`` name."""
+    return ConversationScope(
+        tenant=row["tenant"], project=row["project"], user_id=row["user_id"], conversation_id=row["conversation_id"]
+    )
+
+
 def _scope_args(scope: ConversationScope) -> tuple[str, str, str, str]:
     return (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
 
@@ -804,16 +811,7 @@ class PostgresConversationStore:
                 rows, key=lambda r: (r["tenant"], r["project"], r["user_id"], r["conversation_id"], r["seq"])
             )
             return tuple(
-                InterruptedTurn(
-                    scope=ConversationScope(
-                        tenant=row["tenant"],
-                        project=row["project"],
-                        user_id=row["user_id"],
-                        conversation_id=row["conversation_id"],
-                    ),
-                    turn_id=row["turn_id"],
-                    was=cast(TurnState, row["state"]),
-                )
+                InterruptedTurn(scope=_row_scope(row), turn_id=row["turn_id"], was=cast(TurnState, row["state"]))
                 for row in ordered
             )
 
@@ -884,16 +882,7 @@ class PostgresConversationStore:
                 float(older_than_s),
             )
             return tuple(
-                UnfinishedTurn(
-                    scope=ConversationScope(
-                        tenant=row["tenant"],
-                        project=row["project"],
-                        user_id=row["user_id"],
-                        conversation_id=row["conversation_id"],
-                    ),
-                    turn_id=row["turn_id"],
-                    state=cast(TurnState, row["state"]),
-                )
+                UnfinishedTurn(scope=_row_scope(row), turn_id=row["turn_id"], state=cast(TurnState, row["state"]))
                 for row in rows
             )
 
