@@ -34,7 +34,10 @@ TABLES: dict[str, tuple[str, str]] = {
     "exec.py": (r"^program\s+arm\s+median ms", r"^trivial\s+local \(bwrap\)\s.*\d+\.\d+x\s+\d+$"),
     "mcp_overhead.py": (r"^row\s+calls\s+berth/s\s+bare/s.*\sratio$", r"^stdio, shared\s.*\s\d+\.\d+$"),
     "reload.py": (r"^\s+saves\s+swap med ms", r"^ratio restart / hot reload.* median \d+(\.\d+)?x"),
-    "scale.py": (r"^\s+turns\s+turns/s\s+first delta p50 ms", r"^ratio 1 API \+ 1 worker / embedded turns/s: \d+\.\d+x"),
+    "scale.py": (
+        r"^\s+turns\s+turns/s\s+first delta p50 ms",
+        r"^ratio 1 API \+ 1 worker / embedded turns/s: \d+\.\d+x",
+    ),
     "streaming.py": (r"^\|\s+chunk\s+\|\s+implementation", r"^\|\s+16 B \| Berth ChannelRenderer.*\d+(\.\d+)?x faster"),
     # An instruction count, not a timing: its baseline is the run with fewer turns, its result their difference.
     "turn_instructions.py": (r"^run\b.*\binstructions$", r"^per round \(\d+-round turns\)\s+[\d,]+$"),

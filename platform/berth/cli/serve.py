@@ -213,6 +213,12 @@ def chat(
     if in_process:
         services = build_services(descriptors)
         config = services.initial_config
+        if config is not None and config.settings_for().storage.kind == "distributed":
+            raise ConfigError(
+                "in_process_distributed",
+                "--in-process runs turns in this process, which distributed storage leaves to `berth worker`; "
+                "chat with a running API instead (--url)",
+            )
         assert config is not None
         if demo:
             services = build_services(descriptors, platform_overrides=demo_overrides(config))

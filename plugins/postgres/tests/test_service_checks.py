@@ -52,3 +52,11 @@ def test_what_does_not_answer_is_named_and_the_exit_code_says_so(
     assert "UNREACHABLE" in lines["postgres"] and "berth migrate" in lines["postgres"]
     assert "UNREACHABLE" in lines["redis"] and "6399" in lines["redis"]
     assert all("s3cret" not in line for line in lines.values())  # the password is never printed
+
+
+def test_an_in_process_chat_on_distributed_storage_is_refused_with_the_way_out(
+    tmp_path: Path, migrated: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = descriptors(tmp_path / "d", migrated, "redis://127.0.0.1:6379/12")
+    assert run_guarded(cli, ["chat", "--in-process", "--descriptors", str(root), "-m", "hello"]) == 2
+    assert "chat with a running API instead (--url)" in capsys.readouterr().err
