@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from anthropic.resources.messages import DEPRECATED_MODELS
 from conversations import Conversation
@@ -9,7 +12,7 @@ from conversations import Conversation
 from berth.config.models.assembly import ModelRef
 from berth.config.models.common import SecretSetting
 from berth.config.secrets import Secret
-from berth.default_plugins.models import anthropic, openai_compatible, scripted
+from berth.default_plugins.models import anthropic, anthropic_plugin, openai_compatible, scripted
 from berth.host.plugins import PlatformPlugins
 from berth.models import DEFAULT_MAX_OUTPUT_TOKENS, ModelRequest, Usage, resolve_api_key
 
@@ -43,11 +46,20 @@ def test_the_api_key_is_the_models_setting_else_the_providers_default_secret() -
 
 def test_the_three_providers_register_through_the_plugin_hook() -> None:
     plugins = PlatformPlugins()
-    for module, name in [(anthropic, "anthropic"), (openai_compatible, "openai-compatible"), (scripted, "scripted")]:
+    registered = [(anthropic_plugin, "anthropic"), (openai_compatible, "openai-compatible"), (scripted, "scripted")]
+    for module, name in registered:
         plugins.register(module, name=name, package="berth-platform")
     providers = plugins.model_providers()
     assert sorted(providers) == ["anthropic", "openai-compatible", "scripted"]
-    assert providers["anthropic"] is anthropic.create_anthropic_provider
+    # the plugin registers a factory that imports the SDK's provider module on first use
+    provider = providers["anthropic"](ModelRef(model="claude-x", api_key="sk-test"), lambda setting: Secret("k", "sk"))
+    assert isinstance(provider, anthropic.AnthropicProvider)
+
+
+def test_registering_the_anthropic_plugin_does_not_import_the_sdk() -> None:
+    probe = "import sys, berth.default_plugins.models.anthropic_plugin; print('anthropic' in sys.modules)"
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "False"
 
 
 def test_a_request_is_a_frozen_record(conversation: Conversation) -> None:
