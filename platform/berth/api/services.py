@@ -9,7 +9,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -26,8 +25,8 @@ from berth.config.models.gateway import GatewayDescriptor
 from berth.default_plugins.storage.embedded import EmbeddedStorageBackend
 from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
 from berth.distributed.connections import DistributedConnections, distributed_backend
-from berth.distributed.control import TurnControl, decode_attachments, encode_attachments
-from berth.distributed.queue import QueueEntry, TurnQueue
+from berth.distributed.control import TurnControl, encode_attachments
+from berth.distributed.queue import TurnQueue
 from berth.distributed.redis_client import connect_redis
 from berth.distributed.requests import TurnRequest
 from berth.execution.profiles import Execution
@@ -46,7 +45,7 @@ from berth.runtime.memory import Embedder, MemorySearch
 from berth.runtime.persistence import block_record
 from berth.storage.backend import StorageBackend
 from berth.storage.claims import TurnClaims
-from berth.storage.conversations import ConversationStore, StorageError, TurnLog
+from berth.storage.conversations import ConversationStore, StorageError
 from berth.storage.memory import MemoryIndex
 from berth.storage.meta import MetaStore
 from berth.storage.scope import ConversationScope
@@ -364,7 +363,7 @@ class HostServices:
             except BaseException as exc:
                 await admitted.release()
                 if not isinstance(exc, ApiError):  # cancelled or failed: it may be stored all the same
-                    await self._end_unstarted(scope, turn_id, "failed")
+                    await self.end_unstarted(scope, turn_id, "failed")
                 raise
         except BaseException:
             self._busy.pop(key, None)
@@ -380,9 +379,9 @@ class HostServices:
                 # committed: the conversation takes its next turn, and the tenant the next one, from here on
                 self._busy.pop(key, None)
                 await admitted.release()
-                await self._settle_usage(meter)  # stored before the client hears the turn ended
+                await self.settle_usage(meter)  # stored before the client hears the turn ended
                 running.inbox.close()
-                event = await self._hand_on_unseen(running, event)
+                event = await self.hand_on_unseen(running, event)
                 running.ended.set()
             await running.log.append(event)
 
@@ -402,7 +401,7 @@ class HostServices:
                     await admitted.wait_for_slot()
                 except asyncio.CancelledError:
                     self._busy.pop(key, None)
-                    await self._end_unstarted(scope, turn_id, "cancelled")
+                    await self.end_unstarted(scope, turn_id, "cancelled")
                     await emit(TurnEvent("turn.failed", {"code": "cancelled", "message": CANCELLED_WAITING}))
                     await running.log.close()
                     return
@@ -434,8 +433,8 @@ class HostServices:
                     titled = True
             except Exception as exc:
                 log.exception("turn %s failed", turn_id)
-                await self._end_unstarted(scope, turn_id, "failed")  # when it failed before it began
-                await self._settle_usage(meter)
+                await self.end_unstarted(scope, turn_id, "failed")  # when it failed before it began
+                await self.settle_usage(meter)
                 await running.log.append(
                     TurnEvent(
                         "turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"}
@@ -490,155 +489,6 @@ class HostServices:
             raise
         await parts.queue.enqueue(scope, turn_id)  # lost with Redis? a worker's reconciler queues it again
         return RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=parts.event_log(turn_id))
-
-    async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere"]:
-        """Worker side: claim a queued turn and run it to its commit.
-
-        Returns ``ran``; ``ended`` when there was nothing to run (the turn had ended, or never existed): its entry
-        is done; ``elsewhere`` when another live process runs it (it always did, or took it over while it ran
-        here because this process lost its owner lock): the entry is that process's to finish.
-
-        A turn another live process runs is left to it; a turn that has ended needs nothing (its event log is
-        closed, should its worker have died between the commit and closing it). A turn whose worker died is
-        resumed after its last logged round.
-        """
-        assert self.distributed is not None
-        parts = self.distributed
-        try:
-            claimed = await parts.claims.claim_turn(entry.scope, entry.turn_id)
-        except StorageError as error:
-            if error.code in ("turn_owned", "turn_not_found"):
-                log.info("queued turn %s is not this worker's to run: %s", entry.turn_id, error.message)
-                return "elsewhere" if error.code == "turn_owned" else "ended"
-            raise
-        events = parts.event_log(entry.turn_id)
-        await events.take_over()
-        if claimed is None:
-            if not events.closed:
-                await events.close()
-            return "ended"
-        request = TurnRequest.from_bytes(claimed.request)
-        if request.tenant_lease:
-            await self.admission.adopt_lease(entry.scope.tenant, entry.turn_id)
-        try:
-            kept = await self._run_claimed(entry, claimed.log, request, events)
-        finally:
-            if request.tenant_lease:
-                await self.admission.release_lease(entry.scope.tenant, entry.turn_id)
-        return "ran" if kept else "elsewhere"
-
-    async def _run_claimed(
-        self, entry: QueueEntry, turn_log: TurnLog, request: TurnRequest, events: RedisTurnEventLog
-    ) -> bool:
-        """Run a claimed turn in this worker, its events to Redis; resumed when its log shows it began.
-
-        Returns False when another worker took the turn over meanwhile (it goes on there; nothing is reported).
-        """
-        scope, turn_id, bundle_id = entry.scope, entry.turn_id, request.bundle_id
-        running = RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=events)
-        self.turns[turn_id] = running
-        if self.usage is not None:  # budgets are checked after each round against what every process spent
-            await self.usage.reload(self.config.descriptors.assembly.scopes())
-        meter = self.usage.meter(scope, turn_id, bundle_id) if self.usage is not None else None
-        runner = self.runner_for(scope.tenant, scope.project)
-
-        async def emit(event: TurnEvent) -> None:
-            self.metrics.observe_event(event, scope.tenant)
-            if event.type in ("turn.completed", "turn.failed"):
-                await self._touch(scope, request.message)  # the conversation shows the turn before its end is told
-                if meter is not None:
-                    await self._settle_usage(meter)
-                running.inbox.close()
-                event = await self._hand_on_unseen(running, event)
-                running.ended.set()
-            await running.log.append(event)
-
-        titled = False
-        running.task = asyncio.current_task()
-        control = self.distributed.control if self.distributed is not None else None
-        assert control is not None
-        try:
-            labels = {"conversation": scope.conversation_id, "turn": turn_id, "bundle": bundle_id}
-            with bound(tenant=scope.tenant, project=scope.project, **labels):
-                async with (
-                    control.serving(turn_id, partial(self._handle_control, running)),
-                    self.registry.use(bundle_id) as pinned,
-                ):
-                    turn = TurnInput(
-                        inbox=running.inbox,
-                        scope=scope,
-                        turn_id=turn_id,
-                        message=request.message,
-                        attachments=request.attachments,
-                        user_timezone=request.user_timezone,
-                        meter=meter,
-                        resume=turn_log,
-                    )
-                    context = self.registry.context_for(pinned, scope.tenant, scope.project)
-                    result = await runner.run(pinned, context, turn, emit)
-                    self.metrics.observe_result(result, scope.tenant)
-                titler = self.titler
-                if result.outcome in ("completed", "exited") and titler and await titler.should_title(scope):
-                    titler.start(running, request.message, result.answer)
-                    titled = True
-        except StorageError as lost:
-            if lost.code != "turn_owned":
-                await self._report_failure(running, meter, lost)
-                return True
-            log.warning("turn %s was taken over by another worker; it goes on there", turn_id)
-            titled = True  # the log is the new owner's to write and close
-            return False
-        except Exception as exc:
-            await self._report_failure(running, meter, exc)
-        finally:
-            running.inbox.close()
-            running.ended.set()
-            running.task = None
-            if not titled:
-                await running.log.close()
-            self.turns.pop(turn_id, None)
-        return True
-
-    async def _touch(self, scope: ConversationScope, message: str) -> None:
-        """Move the conversation up the list (and give it a provisional title); a failure is logged, not raised:
-        the turn is committed, and its end must reach its clients."""
-        assert self.meta is not None
-        try:
-            await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
-        except Exception:
-            log.warning("could not update conversation %s in the list", scope.conversation_id, exc_info=True)
-
-    async def _report_failure(self, running: RunningTurn, meter: TurnUsageMeter | None, exc: BaseException) -> None:
-        """A turn failed in this worker: record it (if it never began), store its usage, tell its clients."""
-        log.error("turn %s failed", running.turn_id, exc_info=exc)
-        await self._end_unstarted(running.scope, running.turn_id, "failed")
-        if meter is not None:
-            await self._settle_usage(meter)
-        await running.log.append(
-            TurnEvent("turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"})
-        )
-
-    async def _handle_control(self, running: RunningTurn, message: dict[str, Any]) -> dict[str, Any]:
-        """Worker side: a cancel, follow-up or steer an API process sent to the turn ``running``."""
-        kind = message.get("kind")
-        if kind == "cancel":
-            task = running.task
-            if task is None or running.ended.is_set():
-                return {"cancelled": False}
-            task.cancel()
-            return {"cancelled": True}
-        if kind not in ("followup", "steer"):
-            return {"error": f"unknown control message {kind!r}"}
-        event = LiveEvent(
-            kind=kind, message=str(message.get("message", "")), attachments=decode_attachments(message.get("files"))
-        )
-        try:
-            received = await running.inbox.deliver(event)
-        except LiveInboxClosedError:
-            return {"closed": True}
-        live: Literal["user.followup", "user.steer"] = "user.steer" if kind == "steer" else "user.followup"
-        await running.log.append(TurnEvent(live, live_event_data(received)))
-        return {"path": received.block.path}
 
     async def _deliver_queued(
         self, scope: ConversationScope, turn_id: str, event: LiveEvent, *, bundle_id: str
@@ -727,7 +577,7 @@ class HostServices:
         resolver: ModelResolver = self.models.resolver(self.config.settings_for(scope.tenant, scope.project))
         return resolver
 
-    async def _hand_on_unseen(self, running: RunningTurn, ended: TurnEvent) -> TurnEvent:
+    async def hand_on_unseen(self, running: RunningTurn, ended: TurnEvent) -> TurnEvent:
         """Start the next turn with the live events the ending turn took too late to see; say so in ``ended``.
 
         They arrived while the final round ran, so its answer does not account for them. A cancelled turn
@@ -836,12 +686,12 @@ class HostServices:
             )
         return self.usage.meter(scope, turn_id, bundle_id)
 
-    async def _settle_usage(self, meter: TurnUsageMeter) -> None:
+    async def settle_usage(self, meter: TurnUsageMeter) -> None:
         """Store the turn's model calls (once; a failure is logged by the ledger, never raised)."""
         if self.usage is not None:
             await self.usage.settle(meter)
 
-    async def _end_unstarted(
+    async def end_unstarted(
         self, scope: ConversationScope, turn_id: str, state: Literal["cancelled", "failed"]
     ) -> None:
         """Record the end of an accepted turn that never began (a no-op once it began: its commit records it)."""

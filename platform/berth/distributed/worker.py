@@ -3,7 +3,8 @@
 A worker runs up to ``concurrency`` turns at once. Three loops share its event loop:
 
 * **consume** — reads new entries of the turn queue for this consumer and runs each turn
-  (:meth:`~berth.api.services.HostServices.run_queued`); the entry is acknowledged once the turn is committed;
+  (:meth:`~berth.distributed.execution.QueuedTurnRunner.run_queued`); the entry is acknowledged once the
+  turn is committed;
 * **keep alive** — every third of the lease, resets the idle time of the entries it runs, so no other
   worker takes them over while it lives;
 * **reclaim** — takes over entries idle longer than the lease (their worker died: ``XAUTOCLAIM``) and
@@ -24,6 +25,7 @@ import socket
 from dataclasses import dataclass
 
 from berth.api.services import HostServices
+from berth.distributed.execution import QueuedTurnRunner
 from berth.distributed.queue import QueueEntry
 
 __all__ = ["TurnWorker", "WorkerSettings"]
@@ -55,6 +57,7 @@ class TurnWorker:
         self.settings = settings or WorkerSettings()
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self._queue = services.distributed.queue
+        self._turns = QueuedTurnRunner(services)
         self._running: dict[str, asyncio.Task[None]] = {}  # entry id → the task running its turn
         self._slots = asyncio.Semaphore(self.settings.concurrency)
         self._stopping = asyncio.Event()
@@ -111,7 +114,7 @@ class TurnWorker:
 
     async def _run_entry(self, entry: QueueEntry) -> None:
         try:
-            outcome = await self.services.run_queued(entry)
+            outcome = await self._turns.run_queued(entry)
             if outcome == "elsewhere":  # another live worker runs the turn: its entry is that worker's to finish
                 return
             if outcome == "ran":

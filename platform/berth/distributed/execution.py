@@ -1,0 +1,189 @@
+"""Running queued turns in a ``berth worker``: claim, run (or resume), report, answer control messages.
+
+:class:`QueuedTurnRunner` is the worker half of a distributed deployment's turn (the API half is in
+:class:`~berth.api.services.HostServices`): it claims the turn in the store, runs it with the same runtime as
+embedded mode, writes its events to Redis and serves the follow-ups, steers and cancels API processes send it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, Literal
+
+from berth.api.redis_events import RedisTurnEventLog
+from berth.api.services import HostServices, RunningTurn, live_event_data
+from berth.distributed.control import decode_attachments
+from berth.distributed.queue import QueueEntry
+from berth.distributed.requests import TurnRequest
+from berth.logs import bound
+from berth.runtime.events import TurnEvent
+from berth.runtime.live import LiveEvent, LiveInboxClosedError
+from berth.runtime.loop import TurnInput
+from berth.storage.conversations import StorageError, TurnLog
+from berth.storage.scope import ConversationScope
+from berth.usage import TurnUsageMeter
+
+__all__ = ["QueuedTurnRunner"]
+
+log = logging.getLogger(__name__)
+
+
+class QueuedTurnRunner:
+    """Runs the queued turns a worker reads, with the worker's ``services`` (opened, distributed)."""
+
+    def __init__(self, services: HostServices) -> None:
+        if services.distributed is None:
+            raise RuntimeError("queued turns need distributed storage (platform.storage.kind: distributed)")
+        self.services = services
+        self.distributed = services.distributed
+
+    async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere"]:
+        """Worker side: claim a queued turn and run it to its commit.
+
+        Returns ``ran``; ``ended`` when there was nothing to run (the turn had ended, or never existed): its entry
+        is done; ``elsewhere`` when another live process runs it (it always did, or took it over while it ran
+        here because this process lost its owner lock): the entry is that process's to finish.
+
+        A turn another live process runs is left to it; a turn that has ended needs nothing (its event log is
+        closed, should its worker have died between the commit and closing it). A turn whose worker died is
+        resumed after its last logged round.
+        """
+        parts = self.distributed
+        try:
+            claimed = await parts.claims.claim_turn(entry.scope, entry.turn_id)
+        except StorageError as error:
+            if error.code in ("turn_owned", "turn_not_found"):
+                log.info("queued turn %s is not this worker's to run: %s", entry.turn_id, error.message)
+                return "elsewhere" if error.code == "turn_owned" else "ended"
+            raise
+        events = parts.event_log(entry.turn_id)
+        await events.take_over()
+        if claimed is None:
+            if not events.closed:
+                await events.close()
+            return "ended"
+        request = TurnRequest.from_bytes(claimed.request)
+        if request.tenant_lease:
+            await self.services.admission.adopt_lease(entry.scope.tenant, entry.turn_id)
+        try:
+            kept = await self._run_claimed(entry, claimed.log, request, events)
+        finally:
+            if request.tenant_lease:
+                await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
+        return "ran" if kept else "elsewhere"
+
+    async def _run_claimed(
+        self, entry: QueueEntry, turn_log: TurnLog, request: TurnRequest, events: RedisTurnEventLog
+    ) -> bool:
+        """Run a claimed turn in this worker, its events to Redis; resumed when its log shows it began.
+
+        Returns False when another worker took the turn over meanwhile (it goes on there; nothing is reported).
+        """
+        scope, turn_id, bundle_id = entry.scope, entry.turn_id, request.bundle_id
+        running = RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=events)
+        self.services.turns[turn_id] = running
+        usage = self.services.usage
+        if usage is not None:  # budgets are checked after each round against what every process spent
+            await usage.reload(self.services.config.descriptors.assembly.scopes())
+        meter = usage.meter(scope, turn_id, bundle_id) if usage is not None else None
+        runner = self.services.runner_for(scope.tenant, scope.project)
+
+        async def emit(event: TurnEvent) -> None:
+            self.services.metrics.observe_event(event, scope.tenant)
+            if event.type in ("turn.completed", "turn.failed"):
+                await self._touch(scope, request.message)  # the conversation shows the turn before its end is told
+                if meter is not None:
+                    await self.services.settle_usage(meter)
+                running.inbox.close()
+                event = await self.services.hand_on_unseen(running, event)
+                running.ended.set()
+            await running.log.append(event)
+
+        titled = False
+        running.task = asyncio.current_task()
+        control = self.distributed.control
+        try:
+            labels = {"conversation": scope.conversation_id, "turn": turn_id, "bundle": bundle_id}
+            with bound(tenant=scope.tenant, project=scope.project, **labels):
+                async with (
+                    control.serving(turn_id, partial(self._handle_control, running)),
+                    self.services.registry.use(bundle_id) as pinned,
+                ):
+                    turn = TurnInput(
+                        inbox=running.inbox,
+                        scope=scope,
+                        turn_id=turn_id,
+                        message=request.message,
+                        attachments=request.attachments,
+                        user_timezone=request.user_timezone,
+                        meter=meter,
+                        resume=turn_log,
+                    )
+                    context = self.services.registry.context_for(pinned, scope.tenant, scope.project)
+                    result = await runner.run(pinned, context, turn, emit)
+                    self.services.metrics.observe_result(result, scope.tenant)
+                titler = self.services.titler
+                if result.outcome in ("completed", "exited") and titler and await titler.should_title(scope):
+                    titler.start(running, request.message, result.answer)
+                    titled = True
+        except StorageError as lost:
+            if lost.code != "turn_owned":
+                await self._report_failure(running, meter, lost)
+                return True
+            log.warning("turn %s was taken over by another worker; it goes on there", turn_id)
+            titled = True  # the log is the new owner's to write and close
+            return False
+        except Exception as exc:
+            await self._report_failure(running, meter, exc)
+        finally:
+            running.inbox.close()
+            running.ended.set()
+            running.task = None
+            if not titled:
+                await running.log.close()
+            self.services.turns.pop(turn_id, None)
+        return True
+
+    async def _touch(self, scope: ConversationScope, message: str) -> None:
+        """Move the conversation up the list (and give it a provisional title); a failure is logged, not raised:
+        the turn is committed, and its end must reach its clients."""
+        assert self.services.meta is not None
+        try:
+            await self.services.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
+        except Exception:
+            log.warning("could not update conversation %s in the list", scope.conversation_id, exc_info=True)
+
+    async def _report_failure(self, running: RunningTurn, meter: TurnUsageMeter | None, exc: BaseException) -> None:
+        """A turn failed in this worker: record it (if it never began), store its usage, tell its clients."""
+        log.error("turn %s failed", running.turn_id, exc_info=exc)
+        await self.services.end_unstarted(running.scope, running.turn_id, "failed")
+        if meter is not None:
+            await self.services.settle_usage(meter)
+        await running.log.append(
+            TurnEvent("turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"})
+        )
+
+    async def _handle_control(self, running: RunningTurn, message: dict[str, Any]) -> dict[str, Any]:
+        """Worker side: a cancel, follow-up or steer an API process sent to the turn ``running``."""
+        kind = message.get("kind")
+        if kind == "cancel":
+            task = running.task
+            if task is None or running.ended.is_set():
+                return {"cancelled": False}
+            task.cancel()
+            return {"cancelled": True}
+        if kind not in ("followup", "steer"):
+            return {"error": f"unknown control message {kind!r}"}
+        event = LiveEvent(
+            kind=kind, message=str(message.get("message", "")), attachments=decode_attachments(message.get("files"))
+        )
+        try:
+            received = await running.inbox.deliver(event)
+        except LiveInboxClosedError:
+            return {"closed": True}
+        live: Literal["user.followup", "user.steer"] = "user.steer" if kind == "steer" else "user.followup"
+        await running.log.append(TurnEvent(live, live_event_data(received)))
+        return {"path": received.block.path}
