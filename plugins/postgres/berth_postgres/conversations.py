@@ -17,7 +17,7 @@ How writes stay atomic: each operation is one transaction. A commit locks the co
 (``SELECT … FOR UPDATE``) and checks the base version inside the transaction, so two commits to one
 conversation serialize and the second is refused (``conflicting_commit``) instead of half-applying. When
 the connection drops during an operation (``pg_terminate_backend``, a restarted server, a network cut), the
-transaction rolls back and the operation is retried once on a fresh connection; a retry that finds its
+transaction rolls back and the operation is retried on a fresh connection (up to three tries); a retry that finds its
 first attempt already landed (the reply was lost, not the write) returns what the first attempt did: a
 commit finds its turn committed at ``base_version + 1``, an accept or begin finds the turn in the state it
 wrote, an append finds the same blocks as the turn's last round.
@@ -78,7 +78,7 @@ from berth.storage.conversations import (
     TurnUsage,
 )
 from berth.storage.scope import ConversationScope, OwnerScope
-from berth_postgres.pool import CONNECTION_LOST
+from berth_postgres.pool import ATTEMPTS, CONNECTION_LOST
 
 __all__ = ["REQUIRED_MIGRATIONS", "PostgresConversationHandle", "PostgresConversationStore"]
 
@@ -762,13 +762,13 @@ class PostgresConversationStore:
             )
 
     async def transaction(self, work: Callable[[Connection, bool], Awaitable[_T]]) -> _T:
-        """Run ``work(connection, retried)`` in one transaction; retry it once on a fresh connection when the
-        connection drops (the transaction rolled back, or committed with its reply lost: ``work`` checks
+        """Run ``work(connection, retried)`` in one transaction; retry it (up to three tries) on a fresh connection
+        when the connection drops (the transaction rolled back, or committed with its reply lost: ``work`` checks
         which when ``retried`` is true).
 
         :raises StorageError: ``store_closed`` when the store is not open.
         """
-        for attempt in range(2):
+        for attempt in range(ATTEMPTS):
             pool = self._pool
             if pool is None:
                 raise StorageError("store_closed", "the conversation store is closed; open it before use")
@@ -783,9 +783,9 @@ class PostgresConversationStore:
                         connection.terminate()
                         raise
             except (*_CONNECTION_LOST, asyncpg.InternalClientError) as error:
-                if attempt:
+                if attempt == ATTEMPTS - 1:
                     raise
-                log.warning("the PostgreSQL connection dropped (%s); retrying the operation once", error)
+                log.warning("the PostgreSQL connection dropped (%s); retrying the operation", error)
                 # What ended one connection (a restarted server, a cut network) likely ended its idle siblings:
                 # the pool replaces each on its next acquire instead of handing out a dead one.
                 await pool.expire_connections()

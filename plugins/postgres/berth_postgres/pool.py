@@ -10,11 +10,15 @@ import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth_postgres.migrations import PostgresUnavailableError, describe_server, require_current
 
-__all__ = ["CONNECTION_LOST", "StorePool"]
+__all__ = ["ATTEMPTS", "CONNECTION_LOST", "StorePool"]
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+ATTEMPTS: Final = 3
+"""Tries of one operation when its connection drops (each on a fresh connection): a failover or a burst of
+terminated connections can take more than one in a row."""
 
 CONNECTION_LOST: Final[tuple[type[BaseException], ...]] = (
     asyncpg.ConnectionDoesNotExistError,
@@ -77,9 +81,9 @@ class StorePool:
             await pool.close()
 
     async def in_transaction(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
-        """Run ``work(connection)`` in one transaction; once more on a fresh connection when the connection drops
+        """Run ``work(connection)`` in one transaction; again on a fresh connection when the connection drops
         (the transaction rolled back: ``pg_terminate_backend``, a restarted server)."""
-        for attempt in range(2):
+        for attempt in range(ATTEMPTS):
             try:
                 async with self.pool.acquire() as connection:
                     try:
@@ -91,14 +95,14 @@ class StorePool:
                         connection.terminate()
                         raise
             except (*CONNECTION_LOST, asyncpg.InternalClientError) as error:
-                if attempt:
+                if attempt == ATTEMPTS - 1:
                     raise
-                log.warning("the PostgreSQL connection dropped (%s); retrying the operation once", error)
+                log.warning("the PostgreSQL connection dropped (%s); retrying the operation", error)
                 await self.pool.expire_connections()
         raise AssertionError("unreachable")
 
     async def fetch(self, sql: str, *arguments: Any) -> list[Any]:
-        """``fetch`` in its own transaction, retried once when the connection drops."""
+        """``fetch`` in its own transaction, retried on a fresh connection when the connection drops."""
 
         async def work(connection: Any) -> list[Any]:
             return list(await connection.fetch(sql, *arguments))
@@ -106,7 +110,8 @@ class StorePool:
         return await self.in_transaction(work)
 
     async def execute(self, sql: str, *arguments: Any) -> str:
-        """``execute`` in its own transaction, retried once when the connection drops; returns the status."""
+        """``execute`` in its own transaction, retried on a fresh connection when the connection drops; returns
+        the status."""
 
         async def work(connection: Any) -> str:
             return str(await connection.execute(sql, *arguments))
