@@ -33,6 +33,12 @@ _END = b"end"
 _READ_BATCH = 512
 
 
+def _holds_end(entries: Any) -> bool:
+    """Whether stream ``entries`` hold a turn's end event."""
+    ends = (b"event: turn.completed\n", b"event: turn.failed\n")
+    return any(_FRAME in fields and any(end in fields[_FRAME] for end in ends) for _, fields in entries or ())
+
+
 class RedisTurnEventLog:
     """The events of one turn in a Redis stream; the same interface as :class:`berth.api.sse.TurnEventLog`.
 
@@ -49,6 +55,9 @@ class RedisTurnEventLog:
         self._ttl_s = ttl_s
         self._count = 0
         self._closed = False
+        self.ended = False
+        """Whether the turn's end (``turn.completed`` or ``turn.failed``) is among the last events stored (known
+        after :meth:`take_over`)."""
         self._pending: list[tuple[int, bytes]] = []  # appended, not written yet: (seq, frame)
         self._flusher: asyncio.Task[None] | None = None
 
@@ -69,12 +78,17 @@ class RedisTurnEventLog:
     async def take_over(self) -> None:
         """Continue a log another writer began (a worker resuming a turn whose worker died): the next event
         follows the last one stored, so a client's resume position stays valid."""
-        last: Any = await self._client.xrevrange(self._key, count=1)
+        last: Any = await self._client.xrevrange(self._key, count=3)
         if last:
             entry_id = last[0][0]
             seq, _, part = (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)).partition("-")
             self._count = int(seq)
             self._closed = part == "1"
+            self.ended = _holds_end(last)
+
+    async def holds_end(self) -> bool:
+        """Whether the turn's end (``turn.completed`` or ``turn.failed``) is among the last events stored."""
+        return _holds_end(await self._client.xrevrange(self._key, count=3))
 
     async def append(self, event: TurnEvent) -> None:
         """Append the next event's frame. It is written behind: the events a turn emits while one write is on its

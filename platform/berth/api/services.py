@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,13 +42,15 @@ from berth.runtime.events import TurnEvent
 from berth.runtime.live import LiveEvent, LiveInbox, LiveInboxClosedError, ReceivedEvent
 from berth.runtime.loop import ModelResolver, TurnInput, TurnRunner, record_block
 from berth.runtime.memory import Embedder, MemorySearch
-from berth.runtime.persistence import block_record
+from berth.runtime.persistence import block_from_record, block_record
+from berth.runtime.sources import SourceRow, SourcesPool, citation_lookup
 from berth.storage.backend import StorageBackend
 from berth.storage.claims import TurnClaims
-from berth.storage.conversations import ConversationStore, StorageError
+from berth.storage.conversations import ConversationStore, SourceRecord, StorageError
 from berth.storage.memory import MemoryIndex
 from berth.storage.meta import MetaStore
 from berth.storage.scope import ConversationScope
+from berth.streaming import render_citations
 from berth.usage import TurnUsageMeter, UsageLedger
 
 log = logging.getLogger(__name__)
@@ -769,33 +771,36 @@ class HostServices:
     async def _redis_frames(
         self, scope: ConversationScope, turn_id: str, events: RedisTurnEventLog, after: int
     ) -> AsyncIterator[bytes]:
-        """A turn's frames from Redis; should Redis lose them (restarted while the turn ran), the turn's end as
-        the store records it once it has ended, so no client waits for events that will never come."""
+        """A turn's frames from Redis; when Redis lost them (restarted while the turn ran) or its log ends
+        without the turn's end (its worker died between the commit and that event), the turn's end as the store
+        records it, so no client waits for an end that will never come."""
         last = after
         marker = f"id: {turn_id}:".encode()
+        told_end = False
         async for chunk in events.frames(after, heartbeat_s=REDIS_HEARTBEAT_S):
             if chunk == HEARTBEAT and not await events.exists():
                 assert self.store is not None
                 record = (await self.store.conversation(scope).read_turn_log(turn_id)).turn
                 if record.state not in ("accepted", "running"):
-                    ended = await self.stored_turn_end(scope, turn_id)
-                    yield encode_frame(f"{turn_id}:{last + 1}", ended)
-                    return
+                    break
             at = chunk.rfind(marker)
             if at >= 0:
                 end = chunk.index(b"\n", at)
                 last = int(chunk[at + len(marker) : end])
+            told_end = told_end or b"event: turn.completed\n" in chunk or b"event: turn.failed\n" in chunk
             yield chunk
+        if not told_end and not await events.holds_end():  # a worker died between the commit and the end event
+            yield encode_frame(f"{turn_id}:{last + 1}", await self.stored_turn_end(scope, turn_id))
 
     async def stored_turn_end(self, scope: ConversationScope, turn_id: str) -> TurnEvent:
         """The last event of a turn this process does not hold (it ran before a restart), from its stored record.
 
         A turn that was acknowledged or running when its process died is ``interrupted`` (the store records
         so when it opens, or when a load finds it later): ``turn.failed {code: interrupted}``. A committed
-        turn ends as it did: ``turn.completed {turn_id, outcome, replayed: true}`` (its answer is in the
-        conversation) or ``turn.failed {code}``. A turn still ``accepted`` or ``running`` after the load
-        belongs to another live process on the same storage root: 409 ``turn_elsewhere``, since its
-        events are that process's.
+        turn ends as it did: ``turn.completed {turn_id, outcome, answer, replayed: true}`` (the answer with its
+        citations rendered, from the turn's log) or ``turn.failed {code}``. A turn still ``accepted`` or
+        ``running`` after the load belongs to another live process on the same storage root: 409
+        ``turn_elsewhere``, since its events are that process's.
         """
         assert self.store is not None
         snapshot = await self.store.conversation(scope).load()
@@ -814,10 +819,27 @@ class HostServices:
             return TurnEvent("turn.failed", {"code": "interrupted", "message": message, "turn_id": turn_id})
         if record.state == "completed":
             outcome = record.exit_reason or "completed"
-            return TurnEvent("turn.completed", {"turn_id": turn_id, "outcome": outcome, "replayed": True})
+            answer = await self._stored_answer(scope, turn_id, snapshot.sources)
+            return TurnEvent(
+                "turn.completed", {"turn_id": turn_id, "outcome": outcome, "answer": answer, "replayed": True}
+            )
         return TurnEvent(
             "turn.failed", {"code": record.state, "message": f"the turn {record.state}", "turn_id": turn_id}
         )
+
+    async def _stored_answer(
+        self, scope: ConversationScope, turn_id: str, sources: Sequence[SourceRecord]
+    ) -> str | None:
+        """The answer a committed turn gave (citations rendered), from its log; None when it gave none."""
+        assert self.store is not None
+        turn_log = await self.store.conversation(scope).read_turn_log(turn_id)
+        for entry in reversed(turn_log.rounds):
+            for record in entry.blocks:
+                if record.type == BlockType.ASSISTANT_COMPLETION:
+                    text = block_from_record(record).text
+                    rows = tuple(sorted((SourceRow.model_validate_json(r.json) for r in sources), key=lambda r: r.sid))
+                    return render_citations(text, citation_lookup(SourcesPool(rows=rows))) if text else text
+        return None
 
     def _forget_old_turns(self) -> None:
         # Scanning every turn costs what the table holds: only when it has grown well past the limit.

@@ -61,8 +61,10 @@ class QueuedTurnRunner:
             raise
         events = parts.event_log(entry.turn_id)
         await events.take_over()
-        if claimed is None:
+        if claimed is None:  # its worker died after the commit: its clients may not have heard the end yet
             if not events.closed:
+                if not events.ended:
+                    await events.append(await self.services.stored_turn_end(entry.scope, entry.turn_id))
                 await events.close()
             return "ended"
         request = TurnRequest.from_bytes(claimed.request)

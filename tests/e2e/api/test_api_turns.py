@@ -252,3 +252,30 @@ async def test_a_client_accepting_an_event_stream_gets_the_turn_in_one_request(t
         assert events_url == f"{url}/{turn_id}/events"
         resumed = await stack.events(events_url, last_event_id=ids[2])
         assert [event_id for event_id, _, _ in resumed] == ids[3:], "the same log: a dropped stream resumes"
+
+
+@pytest.mark.parametrize("storage_kind", ["distributed"], indirect=True)
+async def test_a_stream_whose_worker_died_before_the_end_event_ends_with_the_stored_end(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ACTION, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "greet Ada")
+        told = await stack.events(started["events_url"])
+        assert told[-1][1] == "turn.completed"
+        # what a worker killed after the commit leaves: the events up to the answer, then the log closed by the
+        # worker that found the turn committed, without the end event the dead one never wrote
+        assert stack.services.distributed is not None
+        redis = stack.services.distributed.redis
+        key = f"berth:events:{started['turn_id']}"
+        kept = await redis.xrange(key, count=len(told) - 1)
+        await redis.delete(key)
+        for entry_id, fields in kept:
+            await redis.xadd(key, fields, id=entry_id)
+        await redis.xadd(key, {b"end": b""}, id=f"{len(told) - 1}-1")
+        replayed = await stack.events(started["events_url"])
+        assert [e[1] for e in replayed[:-1]] == [e[1] for e in told[:-1]]
+        last_id, kind, data = replayed[-1]
+        assert (last_id, kind) == (told[-1][0], "turn.completed")
+        assert (data["replayed"], data["answer"]) == (True, told[-1][2]["answer"])
+        await redis.delete(key)  # Redis lost it all (a restart): the store still tells how the turn ended
+        (only,) = await stack.events(started["events_url"])
+        assert only[1:] == ("turn.completed", data)
