@@ -186,18 +186,13 @@ class Admission:
             return False
         if not granted:
             raise self._tenant_full(tenant, capacity, backpressure.retry_after_s)
-        hand_over = getattr(self.counters, "hand_over", None)
-        if hand_over is not None:
-            hand_over(f"turns:{tenant}", turn_id)
+        self.counters.hand_over(f"turns:{tenant}", turn_id)
         return True
 
     async def adopt_lease(self, tenant: str, turn_id: str) -> None:
         """Hold the lease another process took for ``turn_id`` (the worker running a queued turn)."""
-        adopt = getattr(self.counters, "adopt", None)
-        if adopt is None:
-            return
         try:
-            await adopt(f"turns:{tenant}", turn_id)
+            await self.counters.adopt(f"turns:{tenant}", turn_id)
         except CountersUnavailableError as exc:
             log.warning("admission counters unavailable, lease of turn %s not renewed: %s", turn_id, exc)
 

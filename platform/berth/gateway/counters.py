@@ -49,6 +49,14 @@ class AdmissionCounters(Protocol):
         """How many leases are held under ``key``."""
         ...
 
+    def hand_over(self, key: str, holder: str) -> None:
+        """Stop keeping ``holder``'s lease alive here: another process (the worker running the turn) adopts it."""
+        ...
+
+    async def adopt(self, key: str, holder: str) -> None:
+        """Keep alive, from this process, a lease another process granted."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections and background work."""
         ...
@@ -101,6 +109,12 @@ class MemoryCounters:
     async def held(self, key: str) -> int:
         """How many leases are held under ``key``."""
         return len(self._leases.get(key, ()))
+
+    def hand_over(self, key: str, holder: str) -> None:
+        """Nothing to do: a lease here never expires, and no other process shares these counters."""
+
+    async def adopt(self, key: str, holder: str) -> None:
+        """Nothing to do (see :meth:`hand_over`)."""
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
 import socket
@@ -136,7 +135,6 @@ class Cluster:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "FAULT_LEDGER": str(self.ledger)},
         )
         return name
 
@@ -327,7 +325,10 @@ async def cluster(tmp_path: Path, *, workers: int, lease_s: float = 1.0) -> Asyn
                     }
                 )
             )
-            bundle = {"source": {"path": str(HERE / "fault_bundle"), "module": "fault_bundle"}}
+            bundle = {
+                "source": {"path": str(HERE / "fault_bundle"), "module": "fault_bundle"},
+                "props": {"ledger": str(tmp_path / "ledger.txt")},
+            }
             (descriptors / "bundles.yaml").write_text(
                 yaml.safe_dump(
                     {
