@@ -32,6 +32,12 @@ class Metrics:
         self.turns_queued = Gauge(
             "berth_turns_queued", "Turns admitted and waiting for a slot in this worker", registry=self.registry
         )
+        self.turn_queue_depth = Gauge(
+            "berth_turn_queue_depth",
+            "Distributed mode: turns in the shared queue, waiting or running, not yet committed (what worker "
+            "autoscaling follows)",
+            registry=self.registry,
+        )
         self.http = Histogram(
             "berth_http_request_duration_seconds",
             "HTTP request latency",

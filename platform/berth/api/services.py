@@ -215,7 +215,10 @@ class HostServices:
         )
         # changed descriptors may change a scope's models: build its runner again on next use
         self.registry.add_listener(lambda o: self._runners.clear() if o.reason == "descriptors" else None)
-        storage = self.config.settings_for().storage
+        settings = self.config.settings_for()
+        if settings.exec.runs_root is not None:
+            self.execution.service.root = Path(settings.exec.runs_root)
+        storage = settings.storage
         if storage.kind == "distributed":
             await self._open_distributed()
         else:

@@ -14,6 +14,7 @@ from berth.api.app import build_services
 from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.cli.serve import check_model_credentials, demo_overrides
 from berth.config.environment import host_environment
+from berth.distributed.health import WorkerHealthServer
 from berth.distributed.worker import TurnWorker, WorkerSettings
 from berth.host.runtime import HostRuntime
 from berth.logs import configure_logging
@@ -33,8 +34,21 @@ from berth.logs import configure_logging
     help="seconds after which another worker takes over the turns of a worker that stopped renewing them",
 )
 @click.option("--demo", is_flag=True, help="answer with the scripted demo model (as `berth run --demo`)")
+@click.option(
+    "--health-port",
+    type=click.IntRange(min=0, max=65535),
+    help="serve /healthz, /readyz and /metrics on this port (distributed mode; probes of an orchestrator)",
+)
+@click.option("--health-host", default="0.0.0.0", show_default=True, help="address of the health port")  # noqa: S104
 def worker(
-    descriptors: Path | None, worker_id: str | None, no_watch: bool, concurrency: int, lease_s: float, demo: bool
+    descriptors: Path | None,
+    worker_id: str | None,
+    no_watch: bool,
+    concurrency: int,
+    lease_s: float,
+    demo: bool,
+    health_port: int | None,
+    health_host: str,
 ) -> None:
     """Run a host process: load bundles and follow reloads; with distributed storage, run queued turns."""
     configure_logging(host_environment().log_level)
@@ -58,10 +72,16 @@ def worker(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, turns.stop)
         loop.add_signal_handler(signal.SIGUSR1, _print_tasks)
+        health = None
+        if health_port is not None:
+            health = WorkerHealthServer(turns, host=health_host, port=health_port)
+            await health.start()
         click.echo(f"worker {turns.name} ready: runs up to {concurrency} queued turns", err=True)
         try:
             await turns.run()
         finally:
+            if health is not None:
+                await health.aclose()
             await services.stop()
 
     asyncio.run(run())

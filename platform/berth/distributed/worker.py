@@ -68,6 +68,11 @@ class TurnWorker:
         """Turns this worker runs now."""
         return len(self._running)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (no new turns are taken)."""
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         """Stop taking turns; :meth:`run` returns once the running ones are committed."""
         self._stopping.set()

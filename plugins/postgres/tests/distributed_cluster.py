@@ -114,7 +114,7 @@ class Cluster:
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     started_workers: int = 0
 
-    def start_worker(self) -> str:
+    def start_worker(self, *extra_args: str) -> str:
         """Start one more ``berth worker`` (it is ready a few seconds later); return its name."""
         self.started_workers += 1
         name = f"w{self.started_workers}"
@@ -132,6 +132,7 @@ class Cluster:
                 str(self.lease_s),
                 "--concurrency",
                 "4",
+                *extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

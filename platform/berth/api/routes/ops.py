@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -11,9 +11,9 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from berth.api.auth import authenticate, require_admin
 from berth.api.deps import services
 from berth.api.errors import error_responses
+from berth.api.readiness import readiness, refresh_queue_depth
 from berth.api.schemas import Readiness
 from berth.api.services import HostServices
-from berth.distributed.probes import probe_backend
 
 router = APIRouter(tags=["ops"])
 Services = Annotated[HostServices, Depends(services)]
@@ -34,14 +34,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(host: Services) -> JSONResponse:
     """Storage open, bus running and at least one bundle loaded; in distributed mode, PostgreSQL, Redis and the
     artifact store answering (``checks.services`` says which does not)."""
-    checks: dict[str, Any] = {"storage": host.started and host.store is not None, "bus": host.runtime.bus is not None}
-    loaded = [s.id for s in host.registry.statuses() if s.state == "loaded"] if host.runtime.registry else []
-    checks["bundles"] = loaded
-    ready = bool(checks["storage"] and checks["bus"] and loaded)
-    if host.distributed is not None and host.storage is not None:  # the services every process shares
-        probes = await probe_backend(host.storage, host.distributed.redis)
-        checks["services"] = {probe.service: {"ok": probe.ok, "detail": probe.detail} for probe in probes}
-        ready = ready and all(probe.ok for probe in probes)
+    ready, checks = await readiness(host)
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 
@@ -57,6 +50,7 @@ async def metrics(request: Request, host: Services) -> Response:
     (``platform.metrics.access`` of ``assembly.yaml``: ``admin`` or ``open``)."""
     if host.config.descriptors.assembly.platform.metrics.access != "open":
         require_admin(authenticate(request, host.config.descriptors))
+    await refresh_queue_depth(host)
     return Response(host.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

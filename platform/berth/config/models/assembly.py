@@ -303,6 +303,14 @@ class ExecConfig(DescriptorModel):
     default_profile: str = "sandbox"
     descriptor_payload_scope: Literal["active_bundle", "full"] = "active_bundle"
     profiles: dict[str, ExecProfile] = Field(default_factory=lambda: dict(_DEFAULT_PROFILES))
+    runs_root: str | None = Field(
+        None,
+        description=(
+            "the folder of the runs' work/out/program/socket folders (default: <temp dir>/berth-exec); with the "
+            "docker backend's split strategy in a container, a host folder mounted at the same path, so the "
+            "executor's sibling container sees the paths the host names. Read at start from the platform level."
+        ),
+    )
 
     @model_validator(mode="after")
     def _default_profile_exists(self) -> ExecConfig:
