@@ -90,40 +90,56 @@ def process_cold_start(root: Path) -> float:
 
 
 def summary(samples: list[float]) -> str:
-    return f"{statistics.median(samples):6.2f} s  (min {min(samples):.2f}, max {max(samples):.2f})"
+    return f"{statistics.median(samples):8.2f}  {min(samples):6.2f}  {max(samples):6.2f}"
+
+
+def engine_or_reason(tag: str) -> tuple[Any, str | None]:
+    """The engine, or why this cannot run here (no engine, or the images are not built)."""
+    try:
+        engine = docker.DockerClient(base_url=docker_host() or "unix:///var/run/docker.sock")
+        engine.ping()
+    except Exception as error:
+        return None, f'no Docker engine ({type(error).__name__}); start one: eval "$(bash .ci/start-docker)"'
+    for name in (f"berth:{tag}", f"berth-exec:{tag}", "berth-exec-base:offline"):
+        if not engine.images.list(name=name):
+            return None, f"image {name} is not built: deploy/build-images (or run with --build)"
+    return engine, None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="one run of each arm (what the test suite runs)")
     parser.add_argument("--build", action="store_true", help="run deploy/build-images first")
     parser.add_argument("--tag", default="latest")
     args = parser.parse_args()
+    runs = 1 if args.quick else args.runs
     if args.build:
         subprocess.run([str(REPOSITORY / "deploy" / "build-images"), "--tag", args.tag], check=True)
-    engine = docker.DockerClient(base_url=docker_host() or "unix:///var/run/docker.sock")
-    images = {name: engine.images.get(f"{name}:{args.tag}") for name in ("berth", "berth-exec")}
-    base = engine.images.get("berth-exec-base:offline")
-    print("| image | size (MB) | over the shared base (MB) |")
-    print("|---|---|---|")
-    print(f"| berth-exec-base:offline (shared base) | {base.attrs['Size'] / 1e6:.0f} | - |")
-    for name, image in images.items():
-        size = image.attrs["Size"]
-        print(f"| {name}:{args.tag} | {size / 1e6:.0f} | {(size - base.attrs['Size']) / 1e6:.0f} |")
+    engine, reason = engine_or_reason(args.tag)
+    if engine is None:
+        print(f"skipped: {reason}")
+        return
+    base = engine.images.get("berth-exec-base:offline").attrs["Size"]
+    print(f"{'image':<40}  {'size MB':>8}  {'over the shared base MB':>24}")
+    print(f"{'berth-exec-base:offline (shared base)':<40}  {base / 1e6:8.0f}  {'-':>24}")
+    for name in ("berth", "berth-exec"):
+        size = engine.images.get(f"{name}:{args.tag}").attrs["Size"]
+        print(f"{name + ':' + args.tag:<40}  {size / 1e6:8.0f}  {(size - base) / 1e6:24.0f}")
 
     container_runs, process_runs = [], []
-    for _ in range(args.runs):
+    for _ in range(runs):
         container_runs.append(container_cold_start(engine, f"berth:{args.tag}"))
         with tempfile.TemporaryDirectory() as root:
             process_runs.append(process_cold_start(Path(root)))
     print()
-    print(f"cold start to /readyz OK, {args.runs} runs (the example descriptors, embedded storage, --demo)")
-    print("| arm | median (min, max) |")
-    print("|---|---|")
-    print(f"| berth:{args.tag} container (read-only root, no capabilities) | {summary(container_runs)} |")
-    print(f"| baseline: berth run as a plain process (development venv) | {summary(process_runs)} |")
+    print(f"cold start to /readyz OK, {runs} run(s): the example descriptors, embedded storage, --demo")
+    print(f"{'arm':<62}  {'median s':>8}  {'min':>6}  {'max':>6}")
+    print(f"{'berth:' + args.tag + ' container (read-only root, no capabilities)':<62}  {summary(container_runs)}")
+    print(f"{'baseline: berth run as a plain process (development venv)':<62}  {summary(process_runs)}")
     ratio = statistics.median(container_runs) / statistics.median(process_runs)
-    print(f"\ncontainer / process: {ratio:.2f}x")
+    print(f"\ncontainer / process cold start: {ratio:.2f}x")
+    engine.close()
 
 
 if __name__ == "__main__":
