@@ -1,5 +1,5 @@
 """Service markers for tests that need a real service: ``postgres``, ``redis``, ``docker``, ``browser``, ``aws``,
-``sandbox``.
+``sandbox``, ``clamav``.
 
 A test marked with one runs when the service answers. When it does not, the test is skipped with the reason,
 or fails under ``CI=true``, where a missing service is a broken CI set-up rather than a reason to skip. Any
@@ -80,6 +80,11 @@ def sandbox_available() -> bool:
     return os.geteuid() == 0 and bwrap_works() and Path("/usr/bin/python3").is_file()
 
 
+def clamd_available() -> bool:
+    """Whether ClamAV's daemon is installed (the ``clamd`` fixture starts one of its own)."""
+    return shutil.which("clamd") is not None or Path("/usr/sbin/clamd").is_file()
+
+
 SERVICE_MARKERS: tuple[ServiceMarker, ...] = (
     ServiceMarker("postgres", "PostgreSQL on 127.0.0.1:5432", port_open(5432)),
     ServiceMarker("redis", "Redis on 127.0.0.1:6379", port_open(6379)),
@@ -87,6 +92,7 @@ SERVICE_MARKERS: tuple[ServiceMarker, ...] = (
     ServiceMarker("browser", "headless Chromium on PATH", chromium_available),
     ServiceMarker("aws", "moto's server (S3/ECS/Secrets Manager) on 127.0.0.1", moto_available),
     ServiceMarker("sandbox", "bubblewrap, root and /usr/bin/python3 (the local exec sandbox)", sandbox_available),
+    ServiceMarker("clamav", "ClamAV's clamd (apt-get install clamav-daemon)", clamd_available),
 )
 
 

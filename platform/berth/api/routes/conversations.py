@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from berth.api.attachments import check_attachment
+from berth.api.attachments import check_attachment, scan_attachments
 from berth.api.auth import Caller
 from berth.api.deps import conversation_scope, scoped_caller, services
 from berth.api.errors import SCOPED_ERRORS, ApiError, invalid_request, not_found
@@ -206,6 +206,8 @@ async def _body_with_files(request: Request, host: HostServices, model: type[Bod
                 )
             name, mime = check_attachment(upload.filename or "attachment", data, limits.attachments)
             attachments.append((name, mime, data))
+        if attachments and limits.attachments.antivirus is not None:
+            await scan_attachments(attachments, limits.attachments.antivirus)
         try:
             return model.model_validate(fields), tuple(attachments)
         except ValidationError as exc:

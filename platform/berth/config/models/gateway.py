@@ -127,6 +127,32 @@ DEFAULT_ALLOWED_MIME = [
 ]
 
 
+class AntivirusConfig(DescriptorModel):
+    """A ClamAV daemon that scans every attachment (``INSTREAM``) before anything of it is stored."""
+
+    clamd: str = Field(
+        description="where clamd listens: unix:///run/clamav/clamd.ctl or tcp://host:3310",
+        examples=["unix:///run/clamav/clamd.ctl", "tcp://clamav:3310"],
+    )
+    on_error: Literal["refuse", "accept"] = Field(
+        "refuse",
+        description="clamd unreachable or failing: refuse the upload (503 antivirus_unavailable), or accept it "
+        "unscanned with a WARNING in the log",
+    )
+    timeout_s: float = Field(30.0, gt=0, description="the longest one scan may take, connecting included")
+
+    @field_validator("clamd")
+    @classmethod
+    def _clamd_address(cls, value: str) -> str:
+        if value.startswith("unix://") and len(value) > len("unix://"):
+            return value
+        if value.startswith("tcp://"):
+            host, _, port = value.removeprefix("tcp://").rpartition(":")
+            if host and port.isdigit() and 0 < int(port) < 65536:
+                return value
+        raise ValueError(f"'{value}' is not unix:///path/to/socket or tcp://host:port")
+
+
 class AttachmentsConfig(DescriptorModel):
     """What users may attach to a message."""
 
@@ -135,6 +161,7 @@ class AttachmentsConfig(DescriptorModel):
     allowed_mime: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_MIME))
     reject_macros: bool = True
     zip: ZipLimits = Field(default_factory=ZipLimits)
+    antivirus: AntivirusConfig | None = Field(None, description="scan every attachment with ClamAV (clamd)")
 
 
 class CorsConfig(DescriptorModel):
