@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
+from berth.runtime.attachments import attachment_text, prepare
 from berth.runtime.blocks import Block, BlockType, format_utc
 from berth.runtime.paths import RecordPath
 
@@ -110,6 +111,7 @@ class LiveInbox:
 
         :raises LiveInboxClosedError: when the turn has reached its end (start the next turn instead).
         """
+        await prepare(event.attachments)  # documents' text, extracted off the loop
         if self._closed:
             raise LiveInboxClosedError(self.turn_id)
         received = self._receive(event)
@@ -192,19 +194,21 @@ class LiveInbox:
 def attachment_block(
     turn_id: str, name: str, mime: str, data: bytes, ts: datetime, *, live: int | None = None
 ) -> Block:
-    """A ``user.attachment`` block: text files are shown in full, others by type and size.
+    """A ``user.attachment`` block: text files are shown in full, documents by their extracted text (a bounded
+    preview: :mod:`berth.runtime.attachments`), others by type and size.
 
     A live event's files (``live``: the event's number) lie under ``attachments/live-<n>/``, apart from the
     turn's own, so a name can repeat without one file replacing another.
     """
     folder = "attachments" if live is None else f"attachments/live-{live}"
-    text = data.decode("utf-8", errors="replace") if mime.startswith("text/") else f"({mime}, {len(data)} bytes)"
+    path = f"fi:{turn_id}.{folder}/{name}"
+    text = attachment_text(path, mime, data)
     meta: dict[str, int | str] = {"name": name, "size": len(data)}
     if live is not None:
         meta["live"] = live
     return Block(
         type=BlockType.USER_ATTACHMENT,
-        path=f"fi:{turn_id}.{folder}/{name}",
+        path=path,
         turn_id=turn_id,
         ts=ts,
         author="user",

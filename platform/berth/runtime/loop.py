@@ -22,6 +22,7 @@ from berth.config.models.assembly import ModelRef, ReactConfig
 from berth.models.errors import ModelContextOverflow, ModelError
 from berth.models.protocol import ModelCompleted, ModelProvider, ModelRequest, TextDelta, Usage
 from berth.runtime.announce import AnnounceState
+from berth.runtime.attachments import prepare as prepare_attachments
 from berth.runtime.blocks import Author, Block, BlockType
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
@@ -174,7 +175,7 @@ class TurnRunner:
             bundle=bundle,
             timeline=timeline,
             sources=sources,
-            workspace=Workspace(turn.turn_id, handle),
+            workspace=Workspace(turn.turn_id, handle, attachments={name: data for name, _, data in turn.attachments}),
             clock=self._clock,
             memory=memory,
             plans=reused.plans if reused is not None else PlanBookCache(),
@@ -200,6 +201,7 @@ class TurnRunner:
             timeline.contribute(*head, *(block for entry in logged_rounds for block in entry))
             resumed_rounds = sum(1 for entry in logged_rounds if not _live_only(entry))
         else:
+            await prepare_attachments(turn.attachments)  # documents' text, extracted off the loop
             head = self._head_blocks(turn, generation, model_ref, now, pruned)
             timeline.contribute(*head)
             recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")

@@ -52,6 +52,9 @@ class Workspace:
     turn_id: str
     handle: ConversationHandle
     files: dict[tuple[Area, str], bytes] = field(default_factory=dict)
+    attachments: dict[str, bytes] = field(default_factory=dict)
+    """The turn's own attachments by name (``fi:<turn>.attachments/<name>``): readable before the commit stores
+    them; never written by the turn."""
 
     def write(self, area: Area, relative: str, data: bytes) -> str:
         """Create or replace a file of this turn; return its ``fi:`` path."""

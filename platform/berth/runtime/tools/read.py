@@ -6,10 +6,13 @@ short note instead of repeating it (dedup). ``lines`` selects a 1-based inclusiv
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.runtime.attachments import document_of
+from berth.runtime.extraction import detect_document
 from berth.runtime.paths import (
     FilePath,
     KnowledgePath,
@@ -52,12 +55,25 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
         raise ToolNotice(error.code, str(error)) from None
     if isinstance(parsed, FilePath):
         try:
-            if parsed.turn_id == state.turn_id:
-                data = state.workspace.read(parsed.area, parsed.rel)  # type: ignore[arg-type]
+            if (
+                parsed.turn_id == state.turn_id
+                and parsed.area == "attachments"
+                and parsed.rel in state.workspace.attachments
+            ):
+                data = state.workspace.attachments[parsed.rel]
+            elif parsed.turn_id == state.turn_id and parsed.area in ("files", "outputs"):
+                data = state.workspace.read(parsed.area, parsed.rel)
             else:
                 data = await state.workspace.read_committed(parsed.turn_id, parsed.area, parsed.rel)
         except WorkspaceError as error:
             raise ToolNotice("read_paths_missing", str(error)) from None
+        if detect_document(data) is not None:  # a PDF or Office file: its extracted text, by line range
+            extracted = await asyncio.to_thread(document_of, data)
+            assert extracted is not None
+            if not extracted.text:
+                return f"{path}: {extracted.notice or 'no text in it'}"
+            notice = f"[{extracted.notice}]\n" if extracted.notice else ""
+            return notice + _slice(extracted.text, lines)
         return _slice(data.decode("utf-8", errors="replace"), lines)
     if isinstance(parsed, SourcesPath):
         rows = state.sources.select(parsed)
