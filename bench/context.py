@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ SYSTEM = "You are a careful research agent.\n" + "\n".join(
     f"tool web.tool_{n}: does thing {n} with params {{query: str, limit: int}}" for n in range(60)
 )
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+IMAGE_TOKENS = 1600
+"""What Anthropic counts for an image of about 1.15 megapixels (``width x height / 750``), whatever its file size."""
+IMAGE_PATH = "fi:turn_1.attachments/screen.png"
 
 
 def words(seed: int, count: int) -> str:
@@ -192,6 +196,9 @@ class CacheModel:
         for part in parts:
             running.update(part.text.encode())
             running.update(b"\x00")
+            for media in part.media:  # an image block's content is its bytes
+                running.update(hashlib.sha256(media.data).digest())
+                total += IMAGE_TOKENS
             keys.append(running.hexdigest())
             total += estimate_tokens(part.text)
             tokens.append(total)
@@ -302,10 +309,15 @@ class Compaction:
 
 
 def replay(
-    turns: int, rounds: int, strategies: dict[str, Strategy], compaction: Compaction | None = None
+    turns: int,
+    rounds: int,
+    strategies: dict[str, Strategy],
+    compaction: Compaction | None = None,
+    image: bytes | None = None,
 ) -> tuple[CacheModels, int]:
     """Replay the conversation once, feeding every request to a strict and a look-back cache model per strategy
-    (compacting as the loop does when ``compaction`` is given)."""
+    (compacting as the loop does when ``compaction`` is given; with ``image``, turn 1 attaches it, shown to the
+    model as an image)."""
     models = {(name, lookback): CacheModel(lookback) for name in strategies for lookback in (0, LOOKBACK_BLOCKS)}
     timeline = Timeline()
     renderer = TimelineRenderer()
@@ -315,6 +327,13 @@ def replay(
     for turn in range(1, turns + 1):
         turn_id = f"turn_{turn}"
         timeline.contribute(*head_blocks(turn_id, now, turn))
+        if image is not None and turn == 1:
+            text = f"(image/png, {len(image)} bytes: shown to you as an image)"
+            attached = block(
+                BlockType.USER_ATTACHMENT, IMAGE_PATH, turn_id, now, text=text, mime="image/png", author="user"
+            )
+            timeline.contribute(attached.model_copy(update={"meta": {"media": "image", "name": "screen.png"}}))
+            renderer.media[IMAGE_PATH] = image
         for round_number in range(1, rounds + 2):
             announce = AnnounceState(
                 iteration=round_number,
@@ -439,6 +458,15 @@ def main() -> None:
         "fewer uncached tokens than 'last message only'"
     )
     print_causes(models["berth checkpoints", 0], "berth checkpoints, strict")
+    print()
+    image = os.urandom(1024 * 1024)  # a 1 MB screenshot (its tokens: IMAGE_TOKENS; its bytes key the cache)
+    with_image, _ = replay(options.turns, options.rounds, {"berth checkpoints": berth_checkpoints}, image=image)
+    strict = with_image["berth checkpoints", 0]
+    print(
+        f"# a 1 MB image in turn 1 (an image block before turn 1's head checkpoint), {options.turns} turns: "
+        f"{strict.share():.1%} of input served from cache (first requests of a turn {strict.first_round_share():.1%}; "
+        f"without the image {models['berth checkpoints', 0].share():.1%})"
+    )
     print()
     turns = options.compaction_turns
     print(

@@ -201,3 +201,67 @@ async def test_a_tool_called_from_the_sandbox_keeps_its_own_time_limit(tmp_path:
     finally:
         await store.aclose()
         await registry.close()
+
+
+ATTACHMENT_PROGRAM = """\
+import json, os, pathlib
+path = pathlib.Path(os.environ["WORKDIR"], "turn_1", "attachments", "sales.csv")
+rows = path.read_text().splitlines()
+try:
+    path.write_text("changed")
+    wrote = "yes"
+except PermissionError:
+    wrote = "refused"
+try:
+    (path.parent / "new.txt").write_text("x")
+    added = "yes"
+except PermissionError:
+    added = "refused"
+pathlib.Path(os.environ["OUTPUT_DIR"], "total.txt").write_text(str(sum(int(r.split(",")[1]) for r in rows[1:])))
+print(json.dumps({"rows": len(rows), "write": wrote, "add": added}))
+"""
+
+
+async def test_the_turns_attachments_are_read_only_files_of_the_program(tmp_path: Path) -> None:
+    config = Configuration.load(descriptors(tmp_path / "descriptors"))
+    registry = BundleRegistry(config)
+    assert all(outcome.ok for outcome in await registry.start())
+    store = SqliteConversationStore(tmp_path / "var")
+    await store.open()
+    call = {"action": "call_tool", "tool_call": {"tool_id": "exec.python", "params": {"purpose": "sum the sales"}}}
+    model = ScriptedProvider(
+        [
+            f"<channel:action>{json.dumps(call)}</channel:action><channel:code>{ATTACHMENT_PROGRAM}</channel:code>",
+            '<channel:action>{"action": "complete"}</channel:action><channel:answer>Summed.</channel:answer>',
+        ]
+    )
+    runner = TurnRunner(
+        store=store,
+        models=lambda role: (ModelRef(provider="scripted", model="script"), model),
+        execution=Execution({"local": LocalBackend.from_profile}),
+    )
+    scope = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="c2")
+    events: list[TurnEvent] = []
+
+    async def record(event: TurnEvent) -> None:
+        events.append(event)
+
+    csv = b"region,sales\nnorth,10\nsouth,32\n"
+    turn = TurnInput(scope=scope, turn_id="turn_1", message="sum", attachments=(("sales.csv", "text/csv", csv),))
+    try:
+        async with registry.use("probe") as generation:
+            context = registry.context_for(generation, "acme", "support")
+            result = await runner.run(generation, context, turn, record)
+        assert result.outcome == "completed"
+        tool_result = next(e.data for e in events if e.type == "tool.result" and e.data["tool_id"] == "exec.python")
+        assert tool_result["ok"], tool_result
+        handle = store.conversation(scope)
+        log = await handle.read_turn_log("turn_1")
+        records = [record for round_ in log.rounds for record in round_.blocks]
+        envelope = json.loads(next(json.loads(r.json) for r in records if r.path == "tc:turn_1.c1.result")["text"])
+        assert json.loads(envelope["user_out_tail"]) == {"rows": 3, "write": "refused", "add": "refused"}
+        assert await handle.read_artifact("turn_1/outputs/total.txt") == b"42"
+        assert await handle.read_artifact("turn_1/attachments/sales.csv") == csv  # untouched
+    finally:
+        await store.aclose()
+        await registry.close()

@@ -98,11 +98,13 @@ class ExecService:
         bundle_id: str,
         dispatch: ToolDispatch | None = None,
         inputs: Iterable[tuple[str, bytes]] = (),
+        read_only_inputs: Iterable[tuple[str, bytes]] = (),
         exec_id: str | None = None,
         store: Callable[[str, bytes], str] | None = None,
         supervisor_scope: SupervisorScope | None = None,
     ) -> ExecRun:
-        """Run ``code`` and return its envelope. ``store(relative, data)`` keeps an output file and returns its
+        """Run ``code`` and return its envelope. ``inputs`` are written under ``work/``, ``read_only_inputs`` too
+        but read-only (mode 0400, their folders 0500). ``store(relative, data)`` keeps an output file and returns its
         logical path (default: ``out/<relative>``); the program itself is stored as
         ``executed_programs/<exec_id>/main.py``.
 
@@ -112,7 +114,9 @@ class ExecService:
         exec_id = exec_id or f"ex_{uuid.uuid4().hex[:12]}"
         privileged = os.geteuid() == 0
         uid = await self.uids.acquire() if privileged else os.getuid()
-        folder = await asyncio.to_thread(self._prepare, exec_id, code, list(inputs), uid if privileged else None)
+        folder = await asyncio.to_thread(
+            self._prepare, exec_id, code, list(inputs), uid if privileged else None, list(read_only_inputs)
+        )
         token = secrets.token_urlsafe(32)
         supervisor = None
         remote = runs_own_supervisor(backend)
@@ -137,7 +141,7 @@ class ExecService:
             if privileged:
                 self.uids.release(uid)
             if not self.keep_folders:
-                await asyncio.to_thread(shutil.rmtree, folder.root, True)
+                await asyncio.to_thread(remove_run_folder, folder.root)
         keep = store or (lambda relative, _data: f"out/{relative}")
         artifacts = tuple(ExecArtifact(keep(f.relative, f.data), f.mime, len(f.data)) for f in outputs)
         program_path = keep(f"{PROGRAMS_FOLDER}/{exec_id}/main.py", code.encode("utf-8"))
@@ -146,7 +150,14 @@ class ExecService:
         )
         return ExecRun(envelope, outputs, len(supervisor.calls) if supervisor else 0)
 
-    def _prepare(self, exec_id: str, code: str, inputs: Iterable[tuple[str, bytes]], uid: int | None) -> RunFolder:
+    def _prepare(
+        self,
+        exec_id: str,
+        code: str,
+        inputs: Iterable[tuple[str, bytes]],
+        uid: int | None,
+        read_only_inputs: Iterable[tuple[str, bytes]] = (),
+    ) -> RunFolder:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # noqa: S103 - executors must traverse it; names inside are random
         folder = RunFolder(self.root / exec_id)
@@ -160,6 +171,13 @@ class ExecService:
             target.write_bytes(data)
         folder.program.write_text(code, encoding="utf-8")
         os.chmod(folder.program, 0o644)
+        read_only_folders = set()
+        for relative, data in read_only_inputs:
+            target = folder.work / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            os.chmod(target, 0o400)
+            read_only_folders.add(target.parent)
         if uid is not None:
             for path in (folder.work, folder.out):
                 for inner, dirs, files in os.walk(path):
@@ -167,7 +185,19 @@ class ExecService:
                         os.chown(os.path.join(inner, name), uid, uid)
                 os.chown(path, uid, uid)
                 os.chmod(path, 0o700)
+        for path in read_only_folders:  # nothing added, removed or renamed in them
+            os.chmod(path, 0o500)
         return folder
+
+
+def remove_run_folder(root: Path) -> None:
+    """Delete a run's folder, read-only folders (a turn's attachments) included, whoever runs the host."""
+    for inner, dirs, _ in os.walk(root):
+        for name in dirs:
+            path = os.path.join(inner, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o700)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def remote_supervisor_environment(

@@ -42,6 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from berth.fakes.media import PDF_MAX_BYTES, decode_base64, image_problem, image_tokens, pdf_tokens
 from berth.fakes.serving import RecordedRequest, ScriptedServer
 
 __all__ = [
@@ -133,7 +134,42 @@ def breakpoint_texts(body: Any) -> list[str]:
 def _block_tokens(block: dict[str, Any]) -> int:
     if block.get("type") == "text":
         return estimate_tokens(str(block.get("text", "")))
+    source = block.get("source")
+    data = decode_base64(source.get("data")) if isinstance(source, dict) else None
+    if data is not None and block.get("type") == "image":
+        return image_tokens(data)
+    if data is not None and block.get("type") == "document":
+        return pdf_tokens(data)
     return estimate_tokens(json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True))
+
+
+BLOCK_TYPES: Final = ("text", "image", "document")
+
+
+def media_block_problem(block: dict[str, Any]) -> str | None:
+    """Why an ``image`` or ``document`` block would be refused (None: it is accepted, or it is text)."""
+    kind = block.get("type")
+    if kind not in BLOCK_TYPES:
+        expected = ", ".join(f"'{name}'" for name in BLOCK_TYPES)
+        return f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {expected}"
+    if kind == "text":
+        return None
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return f"{kind}.source.type: Input should be 'base64'"
+    data = decode_base64(source.get("data"))
+    if data is None:
+        return f"{kind}.source.base64.data: invalid base64 data"
+    if kind == "image":
+        problem = image_problem(source.get("media_type"), data)
+        return f"image.source.base64: {problem}" if problem else None
+    if source.get("media_type") != "application/pdf":
+        return "document.source.base64.media_type: Input should be 'application/pdf'"
+    if not data.startswith(b"%PDF-"):
+        return "document.source.base64.data: The PDF specified was not valid."
+    if len(data) > PDF_MAX_BYTES:
+        return f"document.source.base64: PDF exceeds {PDF_MAX_BYTES} bytes"
+    return None
 
 
 def _error_body(error_type: str, message: str) -> dict[str, Any]:
@@ -288,6 +324,12 @@ class FakeAnthropicServer(ScriptedServer[ScriptedAnswer]):
                     f"starting with 'user' (got {role!r})",
                 )
         blocks = content_blocks(body)
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            for position, block in enumerate(content if isinstance(content, list) else []):
+                problem = media_block_problem(block) if isinstance(block, dict) else "content blocks must be objects"
+                if problem is not None:
+                    return HttpError(400, "invalid_request_error", f"messages.{index}.content.{position}.{problem}")
         for index, block in enumerate(blocks):
             if block.get("type") == "text" and not str(block.get("text", "")).strip():
                 return HttpError(400, "invalid_request_error", "messages: text content blocks must be non-empty")

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from berth.fakes.media import decode_base64, image_problem, pdf_tokens
 from berth.fakes.serving import ScriptedServer
 
 __all__ = ["ChatError", "ChatStreamError", "ChatText", "FakeOpenAIServer"]
@@ -74,6 +75,56 @@ def _prompt_text(body: dict[str, Any]) -> str:
         elif isinstance(content, list):
             parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return "".join(parts)
+
+
+def _data_url(url: object) -> tuple[str, bytes] | None:
+    """(media type, bytes) of a ``data:<type>;base64,<data>`` URL (None: not one)."""
+    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
+        return None
+    media_type, _, data = url.removeprefix("data:").partition(";base64,")
+    decoded = decode_base64(data)
+    return None if decoded is None else (media_type, decoded)
+
+
+def _item_problem(item: object) -> str | None:
+    """Why a content item would be refused, as OpenAI's validation words it (None: accepted)."""
+    if not isinstance(item, dict):
+        return "content items must be objects"
+    kind = item.get("type")
+    if kind == "text":
+        return None if isinstance(item.get("text"), str) else "text: expected a string"
+    if kind == "image_url":
+        image = item.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else None
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            return None
+        found = _data_url(url)
+        if found is None:
+            return "image_url.url: Invalid image URL: expected a data URL with base64 data, or an http(s) URL"
+        problem = image_problem(found[0], found[1])
+        return f"image_url: {problem}" if problem else None
+    if kind == "file":
+        file = item.get("file")
+        found = _data_url(file.get("file_data")) if isinstance(file, dict) else None
+        if found is None or found[0] != "application/pdf" or not found[1].startswith(b"%PDF-"):
+            return "file.file_data: Invalid file data: expected a base64 data URL of a PDF"
+        return None
+    return f"Invalid value: {kind!r}. Supported values are: 'text', 'image_url', 'file'"
+
+
+def _media_tokens(body: dict[str, Any]) -> int:
+    tokens = 0
+    for message in body.get("messages", []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for item in content if isinstance(content, list) else []:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "image_url":
+                tokens += 765  # a 1024 x 1024 image at high detail: 85 + 170 x 4 tiles
+            elif item.get("type") == "file":
+                found = _data_url(item["file"].get("file_data"))
+                tokens += pdf_tokens(found[1]) if found else 0
+    return tokens
 
 
 class FakeOpenAIServer(ScriptedServer[_Answer]):
@@ -130,7 +181,14 @@ class FakeOpenAIServer(ScriptedServer[_Answer]):
             )
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             return self._error(request, body, ChatError(400, "messages: field required"))
-        prompt_tokens = _tokens(_prompt_text(body))
+        for index, message in enumerate(body["messages"]):
+            content = message.get("content") if isinstance(message, dict) else None
+            for position, item in enumerate(content if isinstance(content, list) else []):
+                problem = _item_problem(item)
+                if problem is not None:
+                    where = f"messages[{index}].content[{position}]"
+                    return self._error(request, body, ChatError(400, f"Invalid {where}: {problem}"))
+        prompt_tokens = _tokens(_prompt_text(body)) + _media_tokens(body)
         # OpenAI's own API and vLLM take either field (OpenAI's reasoning models refuse max_tokens)
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
         if prompt_tokens + max_tokens > self._context_window:

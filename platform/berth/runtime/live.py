@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
-from berth.runtime.attachments import attachment_text, prepare
+from berth.config.models.assembly import ModelRef
+from berth.runtime.attachments import attachment_text, choose_media, prepare
 from berth.runtime.blocks import Block, BlockType, format_utc
 from berth.runtime.paths import RecordPath
 
@@ -192,20 +193,30 @@ class LiveInbox:
 
 
 def attachment_block(
-    turn_id: str, name: str, mime: str, data: bytes, ts: datetime, *, live: int | None = None
+    turn_id: str,
+    name: str,
+    mime: str,
+    data: bytes,
+    ts: datetime,
+    *,
+    live: int | None = None,
+    model: ModelRef | None = None,
 ) -> Block:
-    """A ``user.attachment`` block: text files are shown in full, documents by their extracted text (a bounded
-    preview: :mod:`berth.runtime.attachments`), others by type and size.
+    """A ``user.attachment`` block: text files are shown in full; for ``model``, if it reads them, an image or a
+    PDF as itself (``meta.media``: the renderer adds the bytes); documents otherwise by their extracted text (a
+    bounded preview), images by a placeholder, others by type and size (:mod:`berth.runtime.attachments`).
 
     A live event's files (``live``: the event's number) lie under ``attachments/live-<n>/``, apart from the
     turn's own, so a name can repeat without one file replacing another.
     """
     folder = "attachments" if live is None else f"attachments/live-{live}"
     path = f"fi:{turn_id}.{folder}/{name}"
-    text = attachment_text(path, mime, data)
+    media = choose_media(mime, data, model)
     meta: dict[str, int | str] = {"name": name, "size": len(data)}
     if live is not None:
         meta["live"] = live
+    if media.kind is not None:
+        meta["media"] = media.kind
     return Block(
         type=BlockType.USER_ATTACHMENT,
         path=path,
@@ -213,7 +224,7 @@ def attachment_block(
         ts=ts,
         author="user",
         mime=mime,
-        text=text,
+        text=attachment_text(path, mime, data, media),
         meta=meta,
     )
 

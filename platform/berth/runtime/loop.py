@@ -29,6 +29,7 @@ from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_
 from berth.runtime.events import EventSink, TurnEvent
 from berth.runtime.live import LiveEvent, LiveInbox, ReceivedEvent, announce_line, attachment_block
 from berth.runtime.mcp_tools import add_mcp_tools, sync_mcp_tools
+from berth.runtime.media import stock_shelf
 from berth.runtime.memory import MemorySearch
 from berth.runtime.metering import ModelCall, TurnMeter
 from berth.runtime.paths import RecordPath
@@ -53,7 +54,7 @@ from berth.runtime.tools import react_tools
 from berth.runtime.tools.execution import TOOL_ID, exec_tool
 from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace
-from berth.storage.conversations import ArtifactWrite, ConversationStore, TurnLog, TurnUsage
+from berth.storage.conversations import ArtifactWrite, ConversationHandle, ConversationStore, TurnLog, TurnUsage
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, StreamEvent, render_citations
 from berth.tools.packs import ToolPackFactory
@@ -205,6 +206,7 @@ class TurnRunner:
             head = self._head_blocks(turn, generation, model_ref, now, pruned)
             timeline.contribute(*head)
             recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
+        await self._stock_media(renderer, timeline, head, state.workspace.attachments, handle)
         inbox = turn.inbox
         if inbox is not None:
             inbox.cancel_streams = react.steer == "cancel_stream"
@@ -694,8 +696,31 @@ class TurnRunner:
         )
         prompt = record_block(BlockType.USER_PROMPT, turn.turn_id, "user.prompt", now, "user", text=turn.message)
         blocks = [header, prompt]
-        blocks.extend(attachment_block(turn.turn_id, name, mime, data, now) for name, mime, data in turn.attachments)
+        blocks.extend(
+            attachment_block(turn.turn_id, name, mime, data, now, model=model_ref)
+            for name, mime, data in turn.attachments
+        )
         return blocks
+
+    @staticmethod
+    async def _stock_media(
+        renderer: TimelineRenderer,
+        timeline: Timeline,
+        head: Sequence[Block],
+        attachments: Mapping[str, bytes],
+        handle: ConversationHandle,
+    ) -> None:
+        """Put the bytes of the images and PDFs the prompt shows as themselves on the renderer's shelf: this
+        turn's from its request, earlier turns' (when this renderer has not seen them) from the store."""
+        prefix = f"fi:{head[0].turn_id}.attachments/" if head else ""
+        for block in head:
+            if block.meta.get("media") and block.path.startswith(prefix):
+                data = attachments.get(block.path.removeprefix(prefix))
+                if data is not None:
+                    renderer.media[block.path] = data
+        visible = timeline.blocks[timeline.latest_summary_index or 0 :]
+        if await stock_shelf(renderer.media, visible, handle):
+            renderer.forget_parts()
 
     def _react_settings(self, context: BundleContext, overrides: Mapping[str, Any]) -> ReactConfig:
         merged = {**context.settings.react.model_dump(), **dict(overrides)}

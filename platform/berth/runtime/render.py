@@ -30,6 +30,7 @@ from berth.runtime.caching import (
     CheckpointKind,
     plan_checkpoints,
 )
+from berth.runtime.media import PromptMedia, media_of
 from berth.runtime.pruning import PRUNING_NOTICE, render_pruned_turn
 from berth.runtime.sources import SourcesPool, listed_rows
 from berth.runtime.timeline import Round, Timeline, TurnLayout
@@ -65,6 +66,8 @@ class PromptPart:
     section: PromptSection
     text: str
     cache_checkpoint: CheckpointKind | None = None
+    media: tuple[PromptMedia, ...] = ()
+    """Images and PDFs that follow the text, before the checkpoint (:mod:`berth.runtime.media`)."""
 
 
 class PromptMessage(BaseModel):
@@ -251,6 +254,14 @@ class TimelineRenderer:
         self._sources: PromptPart | None = None
         # (id of a part, checkpoint kind) → (that part, its copy carrying the checkpoint), for the last render
         self._marked: dict[tuple[int, CheckpointKind], tuple[PromptPart, PromptPart]] = {}
+        self.media: dict[str, bytes] = {}
+        """The shelf: the bytes of attachments shown as themselves, by ``fi:`` path (:mod:`berth.runtime.media`)."""
+
+    def forget_parts(self) -> None:
+        """Make every part again at the next render (the shelf gained files that parts made before lack)."""
+        self._parts = {}
+        self._segments = None
+        self._marked = {}
 
     def _system_part(self, system: str) -> PromptPart:
         part = self._system
@@ -274,7 +285,7 @@ class TimelineRenderer:
         key = (id(part), kind)
         entry = self._marked.get(key)
         if entry is None or entry[0] is not part:
-            entry = (part, PromptPart(section=part.section, text=part.text, cache_checkpoint=kind))
+            entry = (part, PromptPart(section=part.section, text=part.text, cache_checkpoint=kind, media=part.media))
         marked[key] = entry
         return entry[1]
 
@@ -285,7 +296,8 @@ class TimelineRenderer:
         entry = self._parts.get(key)
         if entry is None:
             text = render_pruned_turn(blocks) if card else BLOCK_SEPARATOR.join(map(render_block, blocks))
-            entry = (tuple(blocks), PromptPart(section=section, text=text))
+            media = media_of(blocks, self.media) if self.media and not card else ()
+            entry = (tuple(blocks), PromptPart(section=section, text=text, media=media))
         into[key] = entry
         return entry[1]
 

@@ -8,7 +8,7 @@ import io
 import zipfile
 from collections.abc import Sequence
 
-__all__ = ["corrupt_docx", "docx_bytes", "encrypted_pdf", "pdf_bytes", "pptx_bytes", "xlsx_bytes"]
+__all__ = ["corrupt_docx", "docx_bytes", "encrypted_pdf", "pdf_bytes", "png_bytes", "pptx_bytes", "xlsx_bytes"]
 
 
 def _escape(text: str) -> str:
@@ -109,4 +109,13 @@ def corrupt_docx() -> bytes:
     with zipfile.ZipFile(out, "w") as archive:
         archive.writestr("[Content_Types].xml", "<Types/>")
         archive.writestr("word/document.xml", "this is not xml <<<")
+    return out.getvalue()
+
+
+def png_bytes(width: int = 64, height: int = 48, color: str = "red") -> bytes:
+    """A PNG of one color (Pillow)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "PNG")
     return out.getvalue()

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.runtime.attachments import PREVIEW_CHARS, attachment_text
+from berth.config.models.assembly import ModelRef
+from berth.runtime.attachments import PREVIEW_CHARS, MediaChoice, attachment_text, choose_media
 from berth.runtime.extraction import ENCRYPTED, SHEET_COLUMNS, SHEET_ROWS, detect_document, extract_text
 from berth.testing.documents import (
     corrupt_docx,
@@ -106,4 +107,58 @@ def test_a_document_without_text_says_why(data: bytes, expected: str) -> None:
 
 
 def test_other_binary_files_are_shown_by_type_and_size() -> None:
-    assert attachment_text("fi:turn_1.attachments/a.png", "image/png", b"\x89PNG\r\n") == "(image/png, 6 bytes)"
+    text = attachment_text("fi:turn_1.attachments/a.bin", "application/octet-stream", b"\x00\x01")
+    assert text == "(application/octet-stream, 2 bytes)"
+
+
+ANTHROPIC = ModelRef(provider="anthropic", model="claude-sonnet-5-5")
+TEXT_ONLY = ModelRef(provider="scripted", model="script.yaml")
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(100)
+
+
+def test_a_model_that_reads_images_sees_the_image_itself() -> None:
+    choice = choose_media("image/png", PNG, ANTHROPIC)
+    assert choice == MediaChoice("image")
+    assert attachment_text("fi:t.attachments/a.png", "image/png", PNG, choice) == (
+        f"(image/png, {len(PNG)} bytes: shown to you as an image)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "reason"),
+    [
+        (TEXT_ONLY, PNG, "this model does not read images"),
+        (ANTHROPIC.model_copy(update={"image_max_mb": 0.00001}), PNG, "it is larger than the 1e-05 MB an image may be"),
+    ],
+)
+def test_an_image_the_model_cannot_see_is_a_described_placeholder(model: ModelRef, data: bytes, reason: str) -> None:
+    choice = choose_media("image/png", data, model)
+    assert choice == MediaChoice(None, reason)
+    text = attachment_text("fi:t.attachments/a.png", "image/png", data, choice)
+    assert text == f"(image/png, {len(data)} bytes: an image you cannot see here: {reason})"
+
+
+def test_a_pdf_is_a_document_for_a_model_that_reads_pdfs_and_text_otherwise() -> None:
+    data = pdf_bytes(["Invoice 42", "Total", "Thanks"])
+    shown = choose_media("application/pdf", data, ANTHROPIC)
+    assert shown == MediaChoice("pdf")
+    assert attachment_text("fi:t.attachments/i.pdf", "application/pdf", data, shown).endswith(
+        "3 pages: shown to you as a document)"
+    )
+    openai = ModelRef(provider="openai-compatible", model="gpt", base_url="http://x")
+    as_text = choose_media("application/pdf", data, openai)
+    assert as_text == MediaChoice(None, "this model does not read PDFs")
+    text = attachment_text("fi:t.attachments/i.pdf", "application/pdf", data, as_text)
+    assert "[not shown as a document: this model does not read PDFs; its text follows]" in text
+    assert "--- page 1 ---\nInvoice 42" in text
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (pdf_bytes(["p"] * 600), "its 600 pages are more than the 500 a PDF may have"),
+        (encrypted_pdf(["x"]), "it cannot be opened"),
+    ],
+)
+def test_a_pdf_over_the_limits_goes_as_text_with_the_reason(data: bytes, reason: str) -> None:
+    assert choose_media("application/pdf", data, ANTHROPIC) == MediaChoice(None, reason)

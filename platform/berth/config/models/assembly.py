@@ -89,6 +89,14 @@ StorageConfig = Annotated[
 ]
 
 
+Modality = Literal["text", "image", "pdf"]
+PROVIDER_MODALITIES: dict[str, tuple[Modality, ...]] = {
+    "anthropic": ("text", "image", "pdf"),
+    "openai-compatible": ("text", "image"),
+}
+"""What a provider's models read by default; ``models.<role>.modalities`` says otherwise for one model."""
+
+
 class ModelRef(DescriptorModel):
     """Which model a role uses, through which provider plugin."""
 
@@ -106,6 +114,22 @@ class ModelRef(DescriptorModel):
             "to any other server (vLLM, llama.cpp, Ollama)"
         ),
     )
+
+    modalities: list[Modality] | None = Field(
+        None,
+        description=(
+            "what the model reads besides text: image, pdf (default by provider: anthropic reads text, image and "
+            "pdf; openai-compatible text and image; any other provider text only)"
+        ),
+    )
+    image_max_mb: float = Field(5.0, gt=0, description="images larger than this reach the model as a placeholder")
+    pdf_max_mb: float = Field(10.0, gt=0, description="PDFs larger than this reach the model as their text")
+    pdf_max_pages: int = Field(500, gt=0, description="PDFs with more pages reach the model as their text")
+
+    def reads(self, modality: Modality) -> bool:
+        """Whether the model takes ``modality`` in its prompt (``modalities``, else its provider's default)."""
+        chosen = self.modalities if self.modalities is not None else PROVIDER_MODALITIES.get(self.provider, ("text",))
+        return modality in chosen
 
     @property
     def label(self) -> str:

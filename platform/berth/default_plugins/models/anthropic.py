@@ -3,11 +3,13 @@
 Mapping of a :class:`~berth.runtime.render.RenderedPrompt` onto the Messages API:
 
 * the system message's parts become ``system=[{type: text, text, cache_control?}]``;
-* every user part becomes one text content block; consecutive user messages merge into a single user
-  turn, since the API requires turns to alternate and the whole timeline is user-side context;
-* a part whose ``cache_checkpoint`` is set, and only such a part, carries
-  ``cache_control: {"type": "ephemeral"}``; more than four checkpoints are refused before sending
-  (Anthropic's limit), as are a system message after user content and a prompt without user content;
+* every user part becomes one text content block, followed by an ``image`` or ``document`` block with a base64
+  source for each image or PDF the part carries (:mod:`berth.runtime.media`); consecutive user messages merge
+  into a single user turn, since the API requires turns to alternate and the whole timeline is user-side context;
+* a part whose ``cache_checkpoint`` is set, and only such a part, carries ``cache_control: {"type":
+  "ephemeral"}`` on its last block (after its images and documents); more than four checkpoints are refused
+  before sending (Anthropic's limit), as are a system message after user content and a prompt without user
+  content;
 * an empty part is left out (the API refuses empty text blocks); a checkpoint it carried moves to the
   block before it, which ends the same prefix.
 
@@ -23,6 +25,7 @@ governs. Errors are normalized into :mod:`berth.models.errors`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -31,7 +34,14 @@ from typing import Final
 import anthropic
 import httpx
 from anthropic.resources.messages import DEPRECATED_MODELS
-from anthropic.types import MessageParam, MetadataParam, RawMessageStreamEvent, TextBlockParam
+from anthropic.types import (
+    DocumentBlockParam,
+    ImageBlockParam,
+    MessageParam,
+    MetadataParam,
+    RawMessageStreamEvent,
+    TextBlockParam,
+)
 
 from berth.config.environment import sdk_variable
 from berth.config.models.assembly import ModelRef
@@ -61,6 +71,7 @@ from berth.models.protocol import (
 )
 from berth.models.retry import RetryPolicy, Sleep, TransientModelError, stream_with_retries
 from berth.runtime.caching import MAX_CACHE_BREAKPOINTS
+from berth.runtime.media import PromptMedia
 from berth.runtime.render import PromptPart, RenderedPrompt
 
 __all__ = [
@@ -118,12 +129,15 @@ def _transport_errors() -> tuple[type[Exception], ...]:
 _CONNECTION_ERRORS: Final[tuple[type[Exception], ...]] = (anthropic.APIConnectionError, *_transport_errors())
 
 
+UserBlock = TextBlockParam | ImageBlockParam | DocumentBlockParam
+
+
 @dataclass(frozen=True)
 class AnthropicPrompt:
     """A rendered prompt in the Messages API's shape: ``system`` blocks and the blocks of one user turn."""
 
     system: list[TextBlockParam]
-    user: list[TextBlockParam]
+    user: list[UserBlock]
 
     @property
     def messages(self) -> list[MessageParam]:
@@ -135,11 +149,28 @@ class AnthropicPrompt:
         return sum(block.get("cache_control") is not None for block in [*self.system, *self.user])
 
 
-def _text_block(part: PromptPart) -> TextBlockParam:
-    block: TextBlockParam = {"type": "text", "text": part.text}
-    if part.cache_checkpoint is not None:
-        block["cache_control"] = {"type": "ephemeral"}
-    return block
+def _media_block(media: PromptMedia) -> UserBlock:
+    data = base64.b64encode(media.data).decode("ascii")
+    if media.kind == "pdf":
+        document: DocumentBlockParam = {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": data},
+        }
+        return document
+    image: ImageBlockParam = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": media.mime, "data": data},  # type: ignore[typeddict-item]
+    }
+    return image
+
+
+def _part_blocks(part: PromptPart) -> list[UserBlock]:
+    """The part's text block (left out when empty), then its images and documents; the checkpoint on the last."""
+    blocks: list[UserBlock] = [{"type": "text", "text": part.text}] if part.text.strip() else []
+    blocks.extend(_media_block(media) for media in part.media)
+    if blocks and part.cache_checkpoint is not None:
+        blocks[-1]["cache_control"] = {"type": "ephemeral"}
+    return blocks
 
 
 def anthropic_prompt(prompt: RenderedPrompt) -> AnthropicPrompt:
@@ -155,22 +186,25 @@ def anthropic_prompt(prompt: RenderedPrompt) -> AnthropicPrompt:
             f"the prompt carries {checkpoints} cache checkpoints; Anthropic accepts at most {MAX_CACHE_BREAKPOINTS}",
         )
     system: list[TextBlockParam] = []
-    user: list[TextBlockParam] = []
-    previous: TextBlockParam | None = None
+    user: list[UserBlock] = []
+    previous: UserBlock | None = None
     for message in prompt.messages:
         if message.role == "system" and user:
             raise ModelProviderError(
                 "invalid_prompt", "a system message follows user content; Anthropic takes system text only first"
             )
-        target = system if message.role == "system" else user
         for part in message.parts:
-            if not part.text.strip():
+            blocks = _part_blocks(part)
+            if not blocks:
                 # An empty part ends the same prefix as the block before it, so its marker moves there.
                 if part.cache_checkpoint is not None and previous is not None:
                     previous["cache_control"] = {"type": "ephemeral"}
                 continue
-            previous = _text_block(part)
-            target.append(previous)
+            if message.role == "system":
+                system.extend(block for block in blocks if block["type"] == "text")
+            else:
+                user.extend(blocks)
+            previous = blocks[-1]
     if not user:
         raise ModelProviderError("invalid_prompt", "the prompt has no user content to send")
     return AnthropicPrompt(system=system, user=user)

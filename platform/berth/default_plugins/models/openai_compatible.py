@@ -6,8 +6,9 @@ OpenAI itself. ``base_url`` is the API root including ``/v1`` (``http://127.0.0.
 need none); a hosted endpoint names its key, e.g. ``api_key: secret:openai_api_key``.
 
 The rendered prompt becomes two messages: the system text and one user message with every timeline part
-joined by the renderer's block separator. Such servers have no explicit cache markers; their automatic
-prefix caching profits from the renderer's stable prefix all the same. The stream is read as
+joined by the renderer's block separator (with images, a list of content items: text, ``image_url`` data URLs,
+and PDFs as ``file`` items for a model whose ``modalities`` name pdf). Such servers have no explicit cache
+markers; their automatic prefix caching profits from the renderer's stable prefix all the same. The stream is read as
 server-sent events (``data:`` lines, ``[DONE]`` at the end); usage comes from the final chunk when the
 server sends it (``stream_options.include_usage``), with ``prompt_tokens_details.cached_tokens``
 reported as cache reads.
@@ -16,6 +17,7 @@ reported as cache reads.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 from collections.abc import AsyncIterator, Callable
@@ -43,6 +45,7 @@ from berth.models.protocol import (
     Usage,
 )
 from berth.models.retry import RetryPolicy, Sleep, TransientModelError, stream_with_retries
+from berth.runtime.media import PromptMedia
 from berth.runtime.render import BLOCK_SEPARATOR, RenderedPrompt
 
 __all__ = [
@@ -82,20 +85,43 @@ _OVERFLOW_MARKERS: Final = (
 )
 
 
-def chat_messages(prompt: RenderedPrompt) -> list[dict[str, str]]:
+def _media_item(media: PromptMedia) -> dict[str, Any]:
+    url = f"data:{media.mime};base64,{base64.b64encode(media.data).decode('ascii')}"
+    if media.kind == "pdf":  # OpenAI's file input; sent only to a model whose modalities name pdf
+        return {"type": "file", "file": {"filename": media.path.rsplit("/", 1)[-1], "file_data": url}}
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _content(items: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A message's content: its text as one string; with images, its items, adjacent texts joined."""
+    if all(item["type"] == "text" for item in items):
+        return BLOCK_SEPARATOR.join(item["text"] for item in items)
+    joined: list[dict[str, Any]] = []
+    for item in items:
+        if item["type"] == "text" and joined and joined[-1]["type"] == "text":
+            joined[-1] = {"type": "text", "text": joined[-1]["text"] + BLOCK_SEPARATOR + item["text"]}
+        else:
+            joined.append(item)
+    return joined
+
+
+def chat_messages(prompt: RenderedPrompt) -> list[dict[str, Any]]:
     """Map ``prompt`` onto chat messages: one system message, then one user message per run of user messages.
+    A message with images (or PDFs) has a list of content items in prompt order: its text, then each image as an
+    ``image_url`` data URL (a PDF as a ``file`` with ``file_data``); without, its content is one string.
 
     :raises ModelProviderError: ``invalid_prompt`` when there is no user content.
     """
-    messages: list[dict[str, str]] = []
+    runs: list[tuple[str, list[dict[str, Any]]]] = []
     for message in prompt.messages:
-        text = BLOCK_SEPARATOR.join(part.text for part in message.parts if part.text.strip())
-        if not text:
-            continue
-        if messages and messages[-1]["role"] == message.role:
-            messages[-1]["content"] += BLOCK_SEPARATOR + text
-        else:
-            messages.append({"role": message.role, "content": text})
+        if not runs or runs[-1][0] != message.role:
+            runs.append((message.role, []))
+        items = runs[-1][1]
+        for part in message.parts:
+            if part.text.strip():
+                items.append({"type": "text", "text": part.text})
+            items.extend(_media_item(media) for media in part.media)
+    messages = [{"role": role, "content": _content(items)} for role, items in runs if items]
     if not any(message["role"] == "user" for message in messages):
         raise ModelProviderError("invalid_prompt", "the prompt has no user content to send")
     return messages

@@ -120,6 +120,8 @@ def exec_tool(
             for area, relative, _ in state.workspace.listing()
             if area == "files"
         ]
+        # the turn's attachments, read-only at work/<turn>/attachments/<name> (as the model reads their fi: paths)
+        attached = [(f"{state.turn_id}/attachments/{name}", data) for name, data in state.workspace.attachments.items()]
 
         def store(relative: str, data: bytes) -> str:
             try:
@@ -134,6 +136,7 @@ def exec_tool(
             bundle_id=state.bundle.bundle_id,
             dispatch=TurnToolDispatch(toolbox, bundle_tool_ids, state),
             inputs=inputs,
+            read_only_inputs=attached,
             store=store,
             supervisor_scope=execution.supervisor_scope(backend, state.scope.tenant, state.scope.project),
         )

@@ -1,0 +1,57 @@
+"""An image shown to the model stays in the prompt, as itself, in every later turn of the conversation: from the
+renderer's shelf while the conversation stays in memory, and read back from the store by a runner that never
+saw it (another process); a compacted-away or text-only view carries no bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from turn_harness import complete, turn_harness
+
+from berth.config.models.assembly import ModelRef
+from berth.runtime.loop import TurnRunner
+from berth.runtime.media import PromptMedia
+from berth.runtime.render import RenderedPrompt
+from berth.testing.documents import pdf_bytes, png_bytes
+
+HELLO = {"hello": {"source": {"entry_point": "hello"}}}
+PNG = png_bytes(32, 32, "blue")
+PDF = pdf_bytes(["Invoice 42", "Total: 100 EUR"])
+VISION = ModelRef(provider="scripted", model="script", modalities=["text", "image", "pdf"])
+
+
+def media_in(prompt: RenderedPrompt) -> list[tuple[str, PromptMedia]]:
+    return [(part.section, media) for part in prompt.parts() for media in part.media]
+
+
+async def test_turn_one_media_is_in_every_later_prompt_even_from_another_runner(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, HELLO) as harness:
+        models: Any = lambda role: (VISION, harness.model)  # noqa: E731
+        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock)
+        attachments = (("screen.png", "image/png", PNG), ("invoice.pdf", "application/pdf", PDF))
+        await harness.turn("hello", "look", script=[complete("Seen.")], attachments=attachments)
+        first = media_in(harness.model.requests[-1].prompt)
+        assert [(section, m.kind, m.mime, m.data, m.path) for section, m in first] == [
+            ("current_turn", "image", "image/png", PNG, "fi:turn_1.attachments/screen.png"),
+            ("current_turn", "pdf", "application/pdf", PDF, "fi:turn_1.attachments/invoice.pdf"),
+        ]
+
+        await harness.turn("hello", "and now?", script=[complete("Still seen.")])
+        second = media_in(harness.model.requests[-1].prompt)
+        assert [(section, m.data) for section, m in second] == [("history", PNG), ("history", PDF)]
+
+        # another process: nothing in memory, the files are read back from the store
+        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock, resident_conversations=0)
+        await harness.turn("hello", "once more", script=[complete("Yes.")])
+        third = media_in(harness.model.requests[-1].prompt)
+        assert [(section, m.data) for section, m in third] == [("history", PNG), ("history", PDF)]
+        # the same bytes in the same place: the prefix up to the head's checkpoint is unchanged for the cache
+        assert harness.model.requests[-1].prompt.parts()[1].media == harness.model.requests[-2].prompt.parts()[1].media
+
+
+async def test_a_text_only_model_gets_no_bytes(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, HELLO) as harness:
+        attachments = (("screen.png", "image/png", PNG),)
+        await harness.turn("hello", "look", script=[complete("Seen.")], attachments=attachments)
+        assert media_in(harness.model.requests[-1].prompt) == []
