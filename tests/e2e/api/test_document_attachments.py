@@ -11,16 +11,17 @@ import pytest
 from api_stack import api_stack
 
 from berth.runtime.extraction import ENCRYPTED
-from berth.testing.documents import corrupt_docx, encrypted_pdf, pdf_bytes, xlsx_bytes
+from berth.testing.documents import corrupt_docx, encrypted_pdf, pdf_bytes, png_bytes, xlsx_bytes
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
 
 ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>Read them.</channel:answer>'
+PNG = png_bytes(8, 8)
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
 
-def read_call(path: str, lines: str) -> str:
-    call = {"action": "call_tool", "tool_call": {"tool_id": "react.read", "params": {"paths": [path], "lines": lines}}}
+def read_call(paths: list[str], lines: str) -> str:
+    call = {"action": "call_tool", "tool_call": {"tool_id": "react.read", "params": {"paths": paths, "lines": lines}}}
     return f"<channel:action>{json.dumps(call)}</channel:action>"
 
 
@@ -30,9 +31,11 @@ async def test_documents_reach_the_model_as_text_and_failures_as_notices(tmp_pat
         ("file", ("locked.pdf", encrypted_pdf(["secret"]), "application/pdf")),
         ("file", ("broken.docx", corrupt_docx(), DOCX)),
         ("file", ("sales.xlsx", xlsx_bytes({"Q1": [["region", "sales"], ["north", 10]]}), "application/octet-stream")),
+        ("file", ("screen.png", PNG, "image/png")),
     ]
     turn_id = "turn_docs1"
-    async with api_stack(tmp_path, [read_call(f"fi:{turn_id}.attachments/invoice.pdf", "3-4"), ANSWER]) as stack:
+    paths = [f"fi:{turn_id}.attachments/invoice.pdf", f"fi:{turn_id}.attachments/screen.png"]
+    async with api_stack(tmp_path, [read_call(paths, "3-4"), ANSWER]) as stack:
         conversation = await stack.conversation()
         url = f"/v1/acme/support/conversations/{conversation}/turns"
         body = {"message": "check these", "turn_id": turn_id}
@@ -52,3 +55,4 @@ async def test_documents_reach_the_model_as_text_and_failures_as_notices(tmp_pat
         assert result["ok"], result
         second = stack.model().requests[1].prompt.section_text("current_turn")
         assert "3: --- page 2 ---\n4: Total: 100 EUR" in second
+        assert f"fi:{turn_id}.attachments/screen.png: (image/png, {len(PNG)} bytes) a binary file" in second

@@ -219,6 +219,34 @@ def test_attachments_are_sent_as_multipart_and_listed_with_the_turn(page: Page, 
     assert "notes.txt" in page.locator("article.turn .message.user").inner_text()
 
 
+def test_an_attached_image_shows_as_a_thumbnail_with_the_answer(page: Page, open_host: BerthHost) -> None:
+    from berth.testing.documents import pdf_bytes, png_bytes
+
+    open_ui(page, open_host)
+    png = png_bytes(40, 30, "green")
+    files = [
+        {"name": "screen.png", "mimeType": "image/png", "buffer": png},
+        {"name": "invoice.pdf", "mimeType": "application/pdf", "buffer": pdf_bytes(["Invoice 42"])},
+    ]
+    page.set_input_files("#file-input", files=files)
+    send(page, "What is on my screen?")
+    wait_for_turns(page, 1)
+    turn = page.locator("article.turn").last
+    thumbnail = turn.locator(".message.user img.thumbnail")
+    thumbnail.wait_for()
+    page.wait_for_function("document.querySelector('article.turn img.thumbnail').naturalWidth === 40")
+    assert thumbnail.get_attribute("alt") == "screen.png"
+    assert "invoice.pdf (PDF," in turn.locator(".message.user .chip").inner_text()
+    assert turn.locator(".message.assistant").inner_text().strip()  # the answer arrived beside it
+
+    page.reload()  # from the stored conversation: the thumbnail is fetched through the files route
+    page.wait_for_selector("body[data-ready='true']")
+    page.locator("#conversation-list .conversation-item").first.click()
+    wait_for_turns(page, 1)
+    page.wait_for_function("document.querySelector('article.turn img.thumbnail')?.naturalHeight === 30")
+    save_screenshot(page, "web-ui-image-attachment.png")
+
+
 def test_conversation_list_pages_and_the_workspace_can_be_switched(page: Page, open_host: BerthHost) -> None:
     with open_host.api() as api:
         for n in range(25):

@@ -412,7 +412,11 @@ class TurnView {
   }
 
   attachmentChip(attachment) {
-    const label = `${attachment.name || "attachment"}${attachment.size ? ` (${formatBytes(attachment.size)})` : ""}`;
+    const mime = attachment.mime || "";
+    if (mime.startsWith("image/")) return this.attachmentThumbnail(attachment);
+    const kind = fileKind(mime, attachment.name);
+    const details = [kind, attachment.size ? formatBytes(attachment.size) : ""].filter(Boolean).join(", ");
+    const label = `${attachment.name || "attachment"}${details ? ` (${details})` : ""}`;
     if (!attachment.path || !this.conversationId) return el("li", { class: "chip" }, icon("file"), label);
     const link = el("a", {
       href: "#",
@@ -424,6 +428,29 @@ class TurnView {
     });
     link.append(icon("file"), label);
     return el("li", { class: "chip" }, link);
+  }
+
+  /** An image attachment as a thumbnail: from the picked file while sending, else fetched (with the API key). */
+  attachmentThumbnail(attachment) {
+    const name = attachment.name || "image";
+    const image = el("img", { class: "thumbnail", alt: name, title: `${name} (${formatBytes(attachment.size || 0)})` });
+    const item = el("li", { class: "thumb" }, image);
+    const show = (blob) => {
+      image.src = URL.createObjectURL(blob);
+      image.addEventListener("load", () => URL.revokeObjectURL(image.src), { once: true });
+    };
+    if (attachment.file) {
+      show(attachment.file);
+    } else if (attachment.path && this.conversationId) {
+      fetch(`${scopePath()}/conversations/${this.conversationId}/files/${encodeURI(attachment.path)}`, {
+        headers: authHeaders(),
+      })
+        .then((response) => (response.ok ? response.blob() : Promise.reject(new Error(`${response.status}`))))
+        .then(show)
+        .catch(() => item.replaceChildren(icon("file"), `${name} (image)`));
+      image.addEventListener("click", () => openConversationFile(this.conversationId, attachment.path, name));
+    }
+    return item;
   }
 
   setTurn(turnId) {
@@ -776,6 +803,21 @@ async function loadConversationImage(conversationId, path, image) {
   }
 }
 
+/** A short name for a file's type, for its chip: "PDF", "Word", "Excel", "PowerPoint", "text", else the subtype. */
+function fileKind(mime, name) {
+  const kinds = {
+    "application/pdf": "PDF",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "Word",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "Excel",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "PowerPoint",
+  };
+  if (kinds[mime]) return kinds[mime];
+  if (mime.startsWith("text/")) return "text";
+  if (mime) return mime.split("/").pop();
+  const extension = (name || "").split(".").pop();
+  return extension && extension !== name ? extension.toUpperCase() : "";
+}
+
 async function openConversationFile(conversationId, path, name) {
   try {
     const response = await fetch(`${scopePath()}/conversations/${conversationId}/files/${encodeURI(path)}`, {
@@ -972,7 +1014,10 @@ async function sendMessage(text, liveKind = "followup") {
     return;
   }
   const files = [...state.files];
-  const view = new TurnView({ prompt: message, attachments: files.map((f) => ({ name: f.name, size: f.size })) });
+  const view = new TurnView({
+    prompt: message,
+    attachments: files.map((f) => ({ name: f.name, size: f.size, mime: f.type, file: f })),
+  });
   setRunning(view);
   appendTurn(view);
   view.setStatus("Sending…");

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import filetype
 from pydantic import BaseModel, ConfigDict, Field
 
 from berth.runtime.attachments import document_of
@@ -74,7 +75,12 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
                 return f"{path}: {extracted.notice or 'no text in it'}"
             notice = f"[{extracted.notice}]\n" if extracted.notice else ""
             return notice + _slice(extracted.text, lines)
-        return _slice(data.decode("utf-8", errors="replace"), lines)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:  # an image or another binary file: never shown as mangled text
+            kind = filetype.guess_mime(data) or "binary"
+            return f"{path}: ({kind}, {len(data)} bytes) a binary file; it has no text to show"
+        return _slice(text, lines)
     if isinstance(parsed, SourcesPath):
         rows = state.sources.select(parsed)
         if not rows:
