@@ -79,6 +79,8 @@ class LiveInbox:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     cancel_streams: bool = True
     """Whether a steer stops the model stream in progress (the loop sets it from ``react.steer``)."""
+    model: ModelRef | None = None
+    """The turn's model (the loop sets it): images and PDFs it reads reach it as themselves."""
     _pending: list[ReceivedEvent] = field(default_factory=list)
     _received: list[ReceivedEvent] = field(default_factory=list)
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -140,7 +142,7 @@ class LiveInbox:
             )
         ]
         for name, mime, data in event.attachments:
-            blocks.append(attachment_block(self.turn_id, name, mime, data, now, live=number))
+            blocks.append(attachment_block(self.turn_id, name, mime, data, now, live=number, model=self.model))
         return ReceivedEvent(number, event, tuple(blocks))
 
     def take(self) -> tuple[ReceivedEvent, ...]:

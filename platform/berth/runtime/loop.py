@@ -210,6 +210,7 @@ class TurnRunner:
         inbox = turn.inbox
         if inbox is not None:
             inbox.cancel_streams = react.steer == "cancel_stream"
+            inbox.model = model_ref  # images and PDFs sent from now on reach the model as themselves if it reads them
             early = inbox.attach(recorder.record_live)
             if early:  # sent while the turn waited for a slot
                 await recorder.record_live(early)
@@ -386,7 +387,7 @@ class TurnRunner:
                     )
 
                 while True:  # a steer that stops the model stream makes the loop decide again, in the same round
-                    new_live = self._take_live(inbox, state)
+                    new_live = self._take_live(inbox, state, renderer.media)
                     used_before = last_estimate
                     prompt = render(used=used_before, new_live=new_live)
                     last_estimate = estimate_prompt_tokens(prompt)
@@ -820,12 +821,17 @@ class TurnRunner:
         return outcome.applied
 
     @staticmethod
-    def _take_live(inbox: LiveInbox | None, state: TurnState) -> frozenset[int]:
-        """Contribute the live events that arrived since the last decision; return their numbers."""
+    def _take_live(inbox: LiveInbox | None, state: TurnState, shelf: dict[str, bytes]) -> frozenset[int]:
+        """Contribute the live events that arrived since the last decision (the bytes of their images and PDFs
+        shown as themselves onto the renderer's ``shelf``); return their numbers."""
         if inbox is None:
             return frozenset()
         taken: tuple[ReceivedEvent, ...] = inbox.take()
         for received in taken:
+            files = {name: data for name, _, data in received.event.attachments}
+            for block in received.blocks:
+                if block.meta.get("media") and str(block.meta.get("name")) in files:
+                    shelf[block.path] = files[str(block.meta.get("name"))]
             state.timeline.contribute(*received.blocks)
         return frozenset(received.number for received in taken)
 

@@ -124,6 +124,17 @@ class ApiStack:
         assert response.status_code == 202, response.text
         return dict(response.json())
 
+    async def wait_for(self, events_url: str, kind: str, who: str = "acme") -> dict[str, Any]:
+        """Follow the stream until its first event of ``kind``; return its data."""
+        async with self.client.stream("GET", events_url, headers=self.auth(who)) as response:
+            event = ""
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == kind:
+                    return dict(json.loads(line[6:]))
+        raise AssertionError(f"the stream ended before a {kind} event")
+
     async def events(
         self, events_url: str, who: str = "acme", last_event_id: str | None = None, limit: int | None = None
     ) -> list[tuple[str, str, dict[str, Any]]]:

@@ -111,3 +111,32 @@ async def test_a_text_only_model_reads_the_pdf_as_text_and_a_placeholder_for_the
         text = prompt.section_text("current_turn")
         assert f"(image/png, {len(PNG)} bytes: an image you cannot see here: this model does not read images)" in text
         assert "--- page 1 ---\nInvoice 42" in text
+
+
+async def test_an_image_sent_as_a_live_followup_reaches_the_model_as_itself(tmp_path: Path) -> None:
+    from gate_bundle import ANSWER as GATE_ANSWER
+    from gate_bundle import HOLD, close_gate, gate_bundles, open_gate
+
+    close_gate()
+    model = {"provider": "scripted", "model": str(tmp_path / "script.yaml"), "modalities": ["text", "image"]}
+    options: dict[str, Any] = {"bundles": gate_bundles(tmp_path), "platform": {"models": {"default": model}}}
+    async with api_stack(tmp_path, [HOLD, GATE_ANSWER], **options) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "hold, then answer")
+        turn_id = started["turn_id"]
+        await stack.wait_for(started["events_url"], "tool.call")  # the turn is in gate.hold now
+        sent = await stack.client.post(
+            f"/v1/acme/support/conversations/{conversation}/turns/{turn_id}/events",
+            data={"kind": "followup", "message": "and this screenshot"},
+            files={"file": ("screen.png", PNG, "image/png")},
+            headers=stack.auth(),
+        )
+        assert sent.status_code == 202, sent.text
+        open_gate()
+        events = await stack.events(started["events_url"])
+        assert events[-1][1] == "turn.completed"
+        last = stack.model().requests[-1].prompt
+        media = [(m.kind, m.path, m.data) for part in last.parts() for m in part.media]
+        assert media == [("image", f"fi:{turn_id}.attachments/live-1/screen.png", PNG)]
+        assert "(image/png, " in last.section_text("current_turn")
+        assert "bytes: shown to you as an image)" in last.section_text("current_turn")
