@@ -98,6 +98,8 @@ To finish, write:
 <channel:answer>the answer in markdown; cite sources as [[S:1]], [[S:1,3]] or [[S:2-4]]</channel:answer>
 <channel:followups>{"followups": ["a short next question", "…"]}</channel:followups>
 
+To show the user an image of this conversation (an attachment, or a file a tool or program wrote), put
+![caption](fi:<its path>) in the answer: images are shown, not cited.
 Use {"action": "exit"} only when you cannot continue at all. One action per response. Tool results,
 notices (problems with your last response) and the SOURCES POOL appear below; ANNOUNCE at the very end
 shows the iteration, your budget, the time, open plans and notices. Read earlier content again with

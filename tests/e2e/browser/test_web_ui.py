@@ -247,6 +247,50 @@ def test_an_attached_image_shows_as_a_thumbnail_with_the_answer(page: Page, open
     save_screenshot(page, "web-ui-image-attachment.png")
 
 
+def test_the_answer_shows_an_image_of_the_conversation_it_refers_to(
+    page: Page, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    import yaml
+    from web_ui_kit import OPEN_DESCRIPTORS, start_host, stop_host
+
+    from berth.testing.documents import png_bytes
+
+    root = tmp_path_factory.mktemp("image-answer-host")
+    descriptors = root / "descriptors"
+    descriptors.mkdir()
+    for name, text in OPEN_DESCRIPTORS.items():
+        (descriptors / name).write_text(text)
+    answer = "Here it is: ![your screen](fi:turn_pic1.attachments/screen.png) and nothing else."
+    script = {
+        "responses": [
+            f'<channel:action>{{"action": "complete"}}</channel:action><channel:answer>{answer}</channel:answer>'
+        ]
+    }
+    (root / "script.yaml").write_text(yaml.safe_dump(script))
+    assembly = yaml.safe_load(OPEN_DESCRIPTORS["assembly.yaml"])
+    assembly["platform"] = {"models": {"default": {"provider": "scripted", "model": str(root / "script.yaml")}}}
+    (descriptors / "assembly.yaml").write_text(yaml.safe_dump(assembly))
+    host = start_host(descriptors, root / "var", root / "berth.log", demo=False)
+    try:
+        with host.api() as api:
+            conversation = api.post("/v1/default/default/conversations", json={}).json()["id"]
+            files = {"file": ("screen.png", png_bytes(24, 18, "purple"), "image/png")}
+            data = {"message": "show my screen", "turn_id": "turn_pic1"}
+            started = api.post(f"/v1/default/default/conversations/{conversation}/turns", data=data, files=files)
+            assert started.status_code == 202, started.text
+            with api.stream("GET", started.json()["events_url"]) as events:
+                assert "turn.completed" in "".join(events.iter_text())
+        open_ui(page, host)
+        page.locator("#conversation-list .conversation-item").first.click()
+        wait_for_turns(page, 1)
+        page.wait_for_function("document.querySelector('.message.assistant img.answer-image')?.naturalWidth === 24")
+        image = page.locator(".message.assistant img.answer-image")
+        assert image.get_attribute("alt") == "your screen"
+        assert "and nothing else" in page.locator(".message.assistant").inner_text()
+    finally:
+        stop_host(host)
+
+
 def test_conversation_list_pages_and_the_workspace_can_be_switched(page: Page, open_host: BerthHost) -> None:
     with open_host.api() as api:
         for n in range(25):
@@ -322,6 +366,12 @@ MARKDOWN_CASES = [
     ("- a\n- b\n\n3. c\n4. d", '<ul><li>a</li><li>b</li></ul><ol start="3"><li>c</li><li>d</li></ol>'),
     ("```js\nx = '<i>'\n```", '<pre><code class="language-js">x = &#39;&lt;i&gt;&#39;</code></pre>'),
     ("one\ntwo\n\nthree", "<p>one<br>two</p><p>three</p>"),
+    (
+        "see ![the screen](fi:turn_1.attachments/screen.png) and ![pixel](https://t.example/p.gif)",
+        '<p>see <img class="answer-image" alt="the screen" data-path="fi:turn_1.attachments/screen.png"> and '
+        '!<a href="https://t.example/p.gif" target="_blank" rel="noopener noreferrer">pixel</a></p>',
+    ),
+    ('![x](fi:turn_1.outputs/a"onerror="b.png)', "<p>![x](fi:turn_1.outputs/a&quot;onerror=&quot;b.png)</p>"),
 ]
 
 

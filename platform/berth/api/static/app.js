@@ -42,6 +42,9 @@ export function escapeHtml(text) {
 
 const SAFE_URL = /^https?:\/\/[^\s<>"'`]+$/i;
 const LINK = /\[([^\]\n]+)\]\(((?:[^()\s]|\([^()\s]*\))+)\)/g;
+// An image of this conversation (an attachment, a produced file): shown, fetched with the key through the files
+// route. Images at other URLs are never fetched (no tracking pixels in answers); they stay as text.
+const CONVERSATION_IMAGE = /!\[([^\]\n]*)\]\((fi:turn_[\w-]+\.(?:attachments|outputs|files)\/[^()\s"'<>`]+)\)/g;
 const PLACEHOLDER = /\u0000(\d+)\u0000/g;
 
 function renderEmphasis(html) {
@@ -56,6 +59,9 @@ export function renderInline(text, context = {}) {
   const keep = (html) => `\u0000${slots.push(html) - 1}\u0000`;
   let source = String(text).replace(/\u0000/g, "");
   source = source.replace(/`([^`\n]+)`/g, (_, code) => keep(`<code>${escapeHtml(code)}</code>`));
+  source = source.replace(CONVERSATION_IMAGE, (_, alt, path) =>
+    keep(`<img class="answer-image" alt="${escapeHtml(alt)}" data-path="${escapeHtml(path)}">`),
+  );
   source = source.replace(LINK, (whole, label, url) => {
     if (!SAFE_URL.test(url)) return whole;
     const cite = context.citeUrls && context.citeUrls.has(url) ? ' class="cite"' : "";
@@ -588,7 +594,25 @@ class TurnView {
     const follow = messagesNearBottom();
     const citeUrls = new Set([...this.sources.values()].map((s) => s.url));
     this.answer.innerHTML = renderMarkdown(this.answerText, { citeUrls });
+    this.showAnswerImages();
     if (follow) scrollMessages(true);
+  }
+
+  /** Load the conversation's images the answer shows (once each, though the answer renders again as it streams). */
+  showAnswerImages() {
+    this.answerImages = this.answerImages || new Map();
+    for (const image of this.answer.querySelectorAll("img.answer-image")) {
+      const path = image.dataset.path;
+      if (!this.conversationId || !path) continue;
+      if (!this.answerImages.has(path)) this.answerImages.set(path, fetchConversationBlob(this.conversationId, path));
+      this.answerImages
+        .get(path)
+        .then((blob) => {
+          image.src = URL.createObjectURL(blob);
+          image.dataset.loaded = "true";
+        })
+        .catch((error) => image.replaceWith(el("span", { class: "muted small", text: `(${path} cannot be shown: ${error.message})` })));
+    }
   }
 
   toolCard(callId, toolId) {
@@ -788,6 +812,15 @@ function formatBytes(size) {
   if (size < 1024) return `${size} B`;
   if (size < 1024 * 1024) return `${(size / 1024).toFixed(1)} KB`;
   return `${(size / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** A file of the conversation, fetched through the files route with the key. */
+async function fetchConversationBlob(conversationId, path) {
+  const response = await fetch(`${scopePath()}/conversations/${conversationId}/files/${encodeURI(path)}`, {
+    headers: authHeaders(),
+  });
+  if (!response.ok) throw new Error(`${response.status}`);
+  return response.blob();
 }
 
 async function loadConversationImage(conversationId, path, image) {
