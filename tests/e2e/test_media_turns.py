@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from turn_harness import complete, turn_harness
+from turn_harness import action, complete, turn_harness
 
 from berth.config.models.assembly import ModelRef
 from berth.runtime.loop import TurnRunner
@@ -55,3 +55,30 @@ async def test_a_text_only_model_gets_no_bytes(tmp_path: Path) -> None:
         attachments = (("screen.png", "image/png", PNG),)
         await harness.turn("hello", "look", script=[complete("Seen.")], attachments=attachments)
         assert media_in(harness.model.requests[-1].prompt) == []
+
+
+async def test_react_read_shows_an_earlier_image_again_after_its_result(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, HELLO) as harness:
+        models: Any = lambda role: (VISION, harness.model)  # noqa: E731
+        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock)
+        await harness.turn("hello", "look", script=[complete("Seen.")], attachments=(("screen.png", "image/png", PNG),))
+        path = "fi:turn_1.attachments/screen.png"
+        script = [action("react.read", paths=[path]), complete("It is blue.")]
+        await harness.turn("hello", "what colour was it?", script=script)
+        after = harness.model.requests[-1].prompt
+        assert [(section, m.path, m.data) for section, m in media_in(after)] == [
+            ("history", path, PNG),  # where it was attached
+            ("current_turn", path, PNG),  # and again after the read's result
+        ]
+        result = f"{path}: (image/png, {len(PNG)} bytes) shown to you again as an image"
+        assert result in after.section_text("current_turn")
+
+
+async def test_react_read_of_an_image_for_a_text_only_model_says_what_it_is(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, HELLO) as harness:
+        await harness.turn("hello", "look", script=[complete("Seen.")], attachments=(("screen.png", "image/png", PNG),))
+        path = "fi:turn_1.attachments/screen.png"
+        await harness.turn("hello", "again", script=[action("react.read", paths=[path]), complete("A picture.")])
+        after = harness.model.requests[-1].prompt
+        assert media_in(after) == []
+        assert f"{path}: (image/png, {len(PNG)} bytes) a binary file" in after.section_text("current_turn")

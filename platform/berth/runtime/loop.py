@@ -180,10 +180,12 @@ class TurnRunner:
             clock=self._clock,
             memory=memory,
             plans=reused.plans if reused is not None else PlanBookCache(),
+            media_shelf=renderer.media,
         )
         agent = generation.hooks.agent(context)
         react = self._react_settings(context, agent.react if agent else {})
         model_ref, provider = self._models(agent.model_role if agent else None)
+        state.model = model_ref
         label = model_label(model_ref)
         recorder = TurnRecorder(
             handle, turn.turn_id, base_version=restored.version, sources=sources, stored=restored.stored

@@ -17,7 +17,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from berth.runtime.blocks import Block, BlockType
+from berth.runtime.blocks import Block
 from berth.runtime.paths import FilePath, LogicalPathError, parse_path
 from berth.runtime.workspace import artifact_path
 from berth.storage.conversations import ConversationHandle, StorageError
@@ -40,7 +40,13 @@ class PromptMedia:
 
 
 def _wants_media(block: Block) -> bool:
-    return block.type is BlockType.USER_ATTACHMENT and bool(block.meta.get("media")) and not block.hidden
+    return bool(block.meta.get("media")) and not block.hidden
+
+
+def _media_path(block: Block) -> str:
+    """The ``fi:`` path of the file a block shows: its own (an attachment), or ``meta.media_path`` (a
+    ``react.read`` result that shows an image again)."""
+    return str(block.meta.get("media_path") or block.path)
 
 
 def media_of(blocks: Sequence[Block], shelf: Mapping[str, bytes]) -> tuple[PromptMedia, ...]:
@@ -48,17 +54,18 @@ def media_of(blocks: Sequence[Block], shelf: Mapping[str, bytes]) -> tuple[Promp
     found = []
     for block in blocks:
         if _wants_media(block):
-            data = shelf.get(block.path)
+            path = _media_path(block)
+            data = shelf.get(path)
             if data is not None:
                 kind: Literal["image", "pdf"] = "pdf" if block.meta.get("media") == "pdf" else "image"
-                found.append(PromptMedia(kind, block.mime, data, block.path))
+                found.append(PromptMedia(kind, str(block.meta.get("media_mime") or block.mime), data, path))
     return tuple(found)
 
 
 async def stock_shelf(shelf: MutableMapping[str, bytes], blocks: Sequence[Block], handle: ConversationHandle) -> bool:
     """Read from the store the files of ``blocks`` (the visible ones) that the shelf lacks, and drop the files no
     visible block names any more. Returns whether anything was added (rendered parts then lack it)."""
-    wanted = {block.path for block in blocks if _wants_media(block)}
+    wanted = {_media_path(block) for block in blocks if _wants_media(block)}
     for path in [path for path in shelf if path not in wanted]:
         del shelf[path]
     added = False

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -164,6 +165,11 @@ async def execute_tool_call(
         rows = (state.sources.get(sid) for sid in dict.fromkeys(sids))
         shown += "".join(f"\n{source_line(row)}" for row in rows if row is not None)
     ok = not output.is_error
+    meta: dict[str, Any] = {"tool_id": tool_id, "ok": ok, "size": len(text), "sids": list(sids)}
+    if state.reopened_media:  # react.read shows an image again: the renderer puts it after this result
+        media_path, media_mime = state.reopened_media[0]
+        meta.update(media="image", media_path=media_path, media_mime=media_mime)
+        state.reopened_media.clear()
     blocks.append(
         Block(
             type=BlockType.REACT_TOOL_RESULT,
@@ -173,7 +179,7 @@ async def execute_tool_call(
             author="tool",
             text=shown,
             call_id=call_id,
-            meta={"tool_id": tool_id, "ok": ok, "size": len(text), "sids": list(sids)},
+            meta=meta,
         )
     )
     blocks.extend(state.pending_blocks)

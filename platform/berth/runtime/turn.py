@@ -9,6 +9,7 @@ from datetime import datetime
 
 from berth.bundle.knowledge import KnowledgeDocument
 from berth.bundle.skills import Skill
+from berth.config.models.assembly import ModelRef
 from berth.models.protocol import Usage
 from berth.runtime.blocks import Block
 from berth.runtime.memory import MemorySearch
@@ -51,6 +52,12 @@ class TurnState:
     current_code: str | None = None
     """The ``code`` channel of the decision whose tool call runs now (``exec.python`` runs it)."""
     pending_blocks: list[Block] = field(default_factory=list)
+    model: ModelRef | None = None
+    """The turn's model (what it reads besides text: ``react.read`` shows it an image again if it reads images)."""
+    media_shelf: dict[str, bytes] = field(default_factory=dict)
+    """The renderer's shelf of image and PDF bytes by ``fi:`` path (:mod:`berth.runtime.media`)."""
+    reopened_media: list[tuple[str, str]] = field(default_factory=list)
+    """``(fi: path, mime)`` of an image the running tool call shows again (its result block carries it)."""
     compaction_usage: Usage = field(default_factory=Usage)
     """What compaction's summaries cost this turn (added to the rounds' usage when the turn ends)."""
     _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

@@ -12,7 +12,7 @@ from typing import Any
 import filetype
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.runtime.attachments import document_of
+from berth.runtime.attachments import IMAGE_TYPES, choose_media, document_of
 from berth.runtime.extraction import detect_document
 from berth.runtime.paths import (
     FilePath,
@@ -79,6 +79,12 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
             text = data.decode("utf-8")
         except UnicodeDecodeError:  # an image or another binary file: never shown as mangled text
             kind = filetype.guess_mime(data) or "binary"
+            if kind in IMAGE_TYPES and choose_media(kind, data, state.model).kind == "image":
+                if state.reopened_media:
+                    return f"{path}: ({kind}, {len(data)} bytes) an image; read one image per react.read call"
+                state.media_shelf[path] = data
+                state.reopened_media.append((path, kind))
+                return f"{path}: ({kind}, {len(data)} bytes) shown to you again as an image, after this result"
             return f"{path}: ({kind}, {len(data)} bytes) a binary file; it has no text to show"
         return _slice(text, lines)
     if isinstance(parsed, SourcesPath):
