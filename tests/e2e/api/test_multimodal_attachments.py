@@ -140,3 +140,30 @@ async def test_an_image_sent_as_a_live_followup_reaches_the_model_as_itself(tmp_
         assert media == [("image", f"fi:{turn_id}.attachments/live-1/screen.png", PNG)]
         assert "(image/png, " in last.section_text("current_turn")
         assert "bytes: shown to you as an image)" in last.section_text("current_turn")
+
+
+async def test_an_image_over_the_models_limit_is_a_placeholder_and_a_long_pdf_its_text(tmp_path: Path) -> None:
+    long_pdf = pdf_bytes([f"page {n}" for n in range(1, 601)])
+    async with FakeAnthropicServer(api_key="sk-ant-multimodal-0123456789") as server:
+        server.push_text(ANSWER)
+        model = {
+            "provider": "anthropic",
+            "model": "claude-sonnet-5-5",
+            "base_url": server.base_url,
+            "api_key": "sk-ant-multimodal-0123456789",
+            "image_max_mb": 0.0001,  # 104 bytes: the PNG (136 bytes) is larger
+        }
+        files = [("file", ("screen.png", PNG, "image/png")), ("file", ("long.pdf", long_pdf, "application/pdf"))]
+        async with api_stack(tmp_path, [], platform={"models": {"default": model}}) as stack:
+            conversation = await stack.conversation()
+            url = f"/v1/acme/support/conversations/{conversation}/turns"
+            started = await stack.client.post(url, data={"message": "see"}, files=files, headers=stack.auth())
+            assert started.status_code == 202, started.text
+            assert (await stack.events(started.json()["events_url"]))[-1][1] == "turn.completed"
+        [request] = server.message_requests
+        content = request.body["messages"][0]["content"]
+        assert [block["type"] for block in content if block["type"] != "text"] == []
+        text = "\n".join(block["text"] for block in content)
+        assert "an image you cannot see here: it is larger than the 0.0001 MB an image may be" in text
+        assert "[not shown as a document: its 600 pages are more than the 500 a PDF may have; its text follows]" in text
+        assert "--- page 1 ---\npage 1" in text
