@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +20,7 @@ from berth.execution.profiles import Execution, warn_unisolated
 from berth.host.registry import BundleRegistry
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import TurnInput, TurnRunner
+from berth.storage.conversations import ConversationHandle
 from berth.storage.scope import ConversationScope
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("clean_berth_env")]
@@ -162,17 +166,18 @@ def test_an_unsandboxed_profile_is_named_in_a_warning_at_start_up(
     assert len([r for r in caplog.records if "isolation: none" in r.getMessage()]) == 1
 
 
-async def test_a_tool_called_from_the_sandbox_keeps_its_own_time_limit(tmp_path: Path) -> None:
+@asynccontextmanager
+async def exec_turn(
+    tmp_path: Path, program: str, attachments: tuple[tuple[str, str, bytes], ...] = ()
+) -> AsyncIterator[tuple[list[TurnEvent], dict[str, Any], ConversationHandle]]:
+    """Run one turn of the probe bundle whose model runs ``program`` with ``exec.python``, then answers; yield its
+    events, the run's envelope and the conversation (open until the block ends)."""
     config = Configuration.load(descriptors(tmp_path / "descriptors"))
     registry = BundleRegistry(config)
     assert all(outcome.ok for outcome in await registry.start())
     store = SqliteConversationStore(tmp_path / "var")
     await store.open()
-    program = (
-        "from berth_exec import tools\n"
-        "try:\n    tools.call('probe.slow')\nexcept tools.ToolCallError as error:\n    print(error.code)\n"
-    )
-    call = {"action": "call_tool", "tool_call": {"tool_id": "exec.python", "params": {"purpose": "wait"}}}
+    call = {"action": "call_tool", "tool_call": {"tool_id": "exec.python", "params": {"purpose": "run it"}}}
     model = ScriptedProvider(
         [
             f"<channel:action>{json.dumps(call)}</channel:action><channel:code>{program}</channel:code>",
@@ -185,22 +190,35 @@ async def test_a_tool_called_from_the_sandbox_keeps_its_own_time_limit(tmp_path:
         execution=Execution({"local": LocalBackend.from_profile}),
     )
     scope = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="c2")
+    events: list[TurnEvent] = []
 
-    async def ignore(event: TurnEvent) -> None:
-        return None
+    async def record(event: TurnEvent) -> None:
+        events.append(event)
 
+    turn = TurnInput(scope=scope, turn_id="turn_1", message="go", attachments=attachments)
     try:
         async with registry.use("probe") as generation:
             context = registry.context_for(generation, "acme", "support")
-            await runner.run(generation, context, TurnInput(scope=scope, turn_id="turn_1", message="go"), ignore)
-        log = await store.conversation(scope).read_turn_log("turn_1")
+            result = await runner.run(generation, context, turn, record)
+        assert result.outcome == "completed"
+        handle = store.conversation(scope)
+        log = await handle.read_turn_log("turn_1")
         records = [r for round_ in log.rounds for r in round_.blocks]
         envelope = json.loads(next(json.loads(r.json) for r in records if r.path == "tc:turn_1.c1.result")["text"])
-        assert envelope["user_out_tail"].strip() == "tool_timeout"
-        assert envelope["duration_s"] < 1.5  # the call ended at the tool's 0.3 s, not after its 2 s
+        yield events, envelope, handle
     finally:
         await store.aclose()
         await registry.close()
+
+
+async def test_a_tool_called_from_the_sandbox_keeps_its_own_time_limit(tmp_path: Path) -> None:
+    program = (
+        "from berth_exec import tools\n"
+        "try:\n    tools.call('probe.slow')\nexcept tools.ToolCallError as error:\n    print(error.code)\n"
+    )
+    async with exec_turn(tmp_path, program) as (_, envelope, _):
+        assert envelope["user_out_tail"].strip() == "tool_timeout"
+        assert envelope["duration_s"] < 1.5  # the call ended at the tool's 0.3 s, not after its 2 s
 
 
 ATTACHMENT_PROGRAM = """\
@@ -223,45 +241,9 @@ print(json.dumps({"rows": len(rows), "write": wrote, "add": added}))
 
 
 async def test_the_turns_attachments_are_read_only_files_of_the_program(tmp_path: Path) -> None:
-    config = Configuration.load(descriptors(tmp_path / "descriptors"))
-    registry = BundleRegistry(config)
-    assert all(outcome.ok for outcome in await registry.start())
-    store = SqliteConversationStore(tmp_path / "var")
-    await store.open()
-    call = {"action": "call_tool", "tool_call": {"tool_id": "exec.python", "params": {"purpose": "sum the sales"}}}
-    model = ScriptedProvider(
-        [
-            f"<channel:action>{json.dumps(call)}</channel:action><channel:code>{ATTACHMENT_PROGRAM}</channel:code>",
-            '<channel:action>{"action": "complete"}</channel:action><channel:answer>Summed.</channel:answer>',
-        ]
-    )
-    runner = TurnRunner(
-        store=store,
-        models=lambda role: (ModelRef(provider="scripted", model="script"), model),
-        execution=Execution({"local": LocalBackend.from_profile}),
-    )
-    scope = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="c2")
-    events: list[TurnEvent] = []
-
-    async def record(event: TurnEvent) -> None:
-        events.append(event)
-
     csv = b"region,sales\nnorth,10\nsouth,32\n"
-    turn = TurnInput(scope=scope, turn_id="turn_1", message="sum", attachments=(("sales.csv", "text/csv", csv),))
-    try:
-        async with registry.use("probe") as generation:
-            context = registry.context_for(generation, "acme", "support")
-            result = await runner.run(generation, context, turn, record)
-        assert result.outcome == "completed"
-        tool_result = next(e.data for e in events if e.type == "tool.result" and e.data["tool_id"] == "exec.python")
-        assert tool_result["ok"], tool_result
-        handle = store.conversation(scope)
-        log = await handle.read_turn_log("turn_1")
-        records = [record for round_ in log.rounds for record in round_.blocks]
-        envelope = json.loads(next(json.loads(r.json) for r in records if r.path == "tc:turn_1.c1.result")["text"])
+    async with exec_turn(tmp_path, ATTACHMENT_PROGRAM, (("sales.csv", "text/csv", csv),)) as (_, envelope, handle):
+        assert envelope["ok"], envelope
         assert json.loads(envelope["user_out_tail"]) == {"rows": 3, "write": "refused", "add": "refused"}
         assert await handle.read_artifact("turn_1/outputs/total.txt") == b"42"
         assert await handle.read_artifact("turn_1/attachments/sales.csv") == csv  # untouched
-    finally:
-        await store.aclose()
-        await registry.close()
