@@ -82,3 +82,17 @@ async def test_react_read_of_an_image_for_a_text_only_model_says_what_it_is(tmp_
         after = harness.model.requests[-1].prompt
         assert media_in(after) == []
         assert f"{path}: (image/png, {len(PNG)} bytes) a binary file" in after.section_text("current_turn")
+
+
+async def test_memory_search_finds_the_text_of_a_pdf_the_model_read_as_a_document(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, HELLO) as harness:
+        models: Any = lambda role: (VISION, harness.model)  # noqa: E731
+        harness.runner = TurnRunner(
+            store=harness.store, models=models, clock=harness.clock, memory=harness.runner._memory
+        )
+        attachments = (("invoice.pdf", "application/pdf", PDF),)
+        await harness.turn("hello", "file this", script=[complete("Filed.")], attachments=attachments)
+        script = [action("react.memsearch", query="Total 100 EUR", targets=["attachment"]), complete("Found.")]
+        await harness.turn("hello", "what was the total?", script=script)
+        result = harness.model.requests[-1].prompt.section_text("current_turn")
+        assert "fi:turn_1.attachments/invoice.pdf" in result.split("[react.tool.result]")[-1]

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
 from berth.config.models.assembly import ModelRef
-from berth.runtime.attachments import attachment_text, choose_media, prepare
+from berth.runtime.attachments import PREVIEW_CHARS, attachment_text, choose_media, document_of, prepare
 from berth.runtime.blocks import Block, BlockType, format_utc
 from berth.runtime.paths import RecordPath
 
@@ -219,6 +219,10 @@ def attachment_block(
         meta["live"] = live
     if media.kind is not None:
         meta["media"] = media.kind
+        if media.kind == "pdf":  # the prompt shows the document itself; memory search indexes its text
+            document = document_of(data)
+            if document is not None and document.text:
+                meta["index_text"] = document.text[:PREVIEW_CHARS]
     return Block(
         type=BlockType.USER_ATTACHMENT,
         path=path,

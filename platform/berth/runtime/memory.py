@@ -50,6 +50,7 @@ __all__ = [
     "cosine",
     "fuse_rankings",
     "memorable_blocks",
+    "memory_text",
 ]
 
 DEFAULT_RRF_K: Final = 60
@@ -180,6 +181,13 @@ def fuse_rankings(rankings: Sequence[Sequence[str]], *, k: int = DEFAULT_RRF_K) 
     return scores
 
 
+def memory_text(block: Block) -> str:
+    """What memory search indexes of a block: its text, or for an attachment shown to the model as itself (a PDF
+    document block) the text extracted from it (``meta.index_text``), which the prompt does not repeat."""
+    indexed = block.meta.get("index_text")
+    return indexed if isinstance(indexed, str) and indexed.strip() else (block.text or "")
+
+
 def memorable_blocks(blocks: Iterable[Block], *, turn_ordinals: dict[str, int]) -> list[tuple[Block, MemoryKind]]:
     """Return the blocks worth indexing, with their memory kind.
 
@@ -189,7 +197,7 @@ def memorable_blocks(blocks: Iterable[Block], *, turn_ordinals: dict[str, int]) 
     chosen: list[tuple[Block, MemoryKind]] = []
     for block in blocks:
         kind = _KIND_OF.get(block.type)
-        if kind is None or block.hidden or not (block.text or "").strip() or block.turn_id not in turn_ordinals:
+        if kind is None or block.hidden or not memory_text(block).strip() or block.turn_id not in turn_ordinals:
             continue
         chosen.append((block, kind))
     return chosen
@@ -287,7 +295,7 @@ class MemorySearch:
         chosen = memorable_blocks(blocks, turn_ordinals=turn_ordinals)
         if not chosen:
             return 0
-        vectors = await self._embedder.embed([block.text or "" for block, _ in chosen])
+        vectors = await self._embedder.embed([memory_text(block) for block, _ in chosen])
         entries = tuple(
             MemoryEntry(
                 scope=self._scope,
@@ -296,7 +304,7 @@ class MemorySearch:
                 turn_ordinal=turn_ordinals[block.turn_id],
                 kind=kind,
                 ts=block.ts,
-                text=block.text or "",
+                text=memory_text(block),
                 vector=vector,
             )
             for (block, kind), vector in zip(chosen, vectors, strict=True)
