@@ -19,7 +19,12 @@ from berth.runtime.plan import PlanBookCache
 from berth.runtime.render import TimelineRenderer
 from berth.storage.scope import ConversationScope
 
-__all__ = ["DEFAULT_RESIDENT_CONVERSATIONS", "ResidentConversation", "ResidentConversations"]
+__all__ = [
+    "DEFAULT_RESIDENT_CONVERSATIONS",
+    "DEFAULT_RESIDENT_MEDIA_BYTES",
+    "ResidentConversation",
+    "ResidentConversations",
+]
 
 DEFAULT_RESIDENT_CONVERSATIONS = 512
 """How many conversations a turn runner keeps in memory by default.
@@ -39,13 +44,27 @@ class ResidentConversation:
     plans: PlanBookCache = field(default_factory=PlanBookCache)
 
 
-class ResidentConversations:
-    """The most recently run conversations, at most ``capacity`` of them (the least recent is dropped)."""
+DEFAULT_RESIDENT_MEDIA_BYTES = 256 * 1024 * 1024
+"""The images and PDFs the kept conversations may hold in all (their renderers' shelves); past it the least
+recent conversations are dropped, and read back from the store when they run again."""
 
-    def __init__(self, capacity: int = DEFAULT_RESIDENT_CONVERSATIONS) -> None:
+
+def _media_bytes(resident: ResidentConversation) -> int:
+    return sum(len(data) for data in resident.renderer.media.values())
+
+
+class ResidentConversations:
+    """The most recently run conversations, at most ``capacity`` of them and ``media_bytes`` of images and PDFs
+    (the least recent is dropped)."""
+
+    def __init__(
+        self, capacity: int = DEFAULT_RESIDENT_CONVERSATIONS, media_bytes: int = DEFAULT_RESIDENT_MEDIA_BYTES
+    ) -> None:
         if capacity < 0:
             raise ValueError("capacity must be >= 0")
         self._capacity = capacity
+        self._media_budget = media_bytes
+        self._media: dict[ConversationScope, int] = {}
         self._conversations: OrderedDict[ConversationScope, ResidentConversation] = OrderedDict()
 
     def __len__(self) -> int:
@@ -56,11 +75,16 @@ class ResidentConversations:
 
         The caller owns it from then on (a turn changes the timeline); :meth:`keep` puts it back.
         """
+        self._media.pop(scope, None)
         return self._conversations.pop(scope, None)
 
     def keep(self, scope: ConversationScope, resident: ResidentConversation) -> None:
         """Keep ``resident`` for the next turn of ``scope``, dropping the least recent conversation if full."""
         self._conversations[scope] = resident
         self._conversations.move_to_end(scope)
-        while len(self._conversations) > self._capacity:
-            self._conversations.popitem(last=False)
+        self._media[scope] = _media_bytes(resident)
+        while len(self._conversations) > self._capacity or (
+            len(self._conversations) > 1 and sum(self._media.values()) > self._media_budget
+        ):
+            dropped, _ = self._conversations.popitem(last=False)
+            self._media.pop(dropped, None)

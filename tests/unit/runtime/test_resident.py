@@ -30,3 +30,29 @@ def test_the_least_recently_kept_conversation_is_dropped_first() -> None:
     assert len(conversations) == 2
     assert conversations.take(OWNER.conversation("c1")) is None
     assert conversations.take(OWNER.conversation("c3")) is not None
+
+
+def with_media(size: int) -> ResidentConversation:
+    kept = resident()
+    kept.renderer.media["fi:turn_1.attachments/a.png"] = bytes(size)
+    return kept
+
+
+def test_conversations_holding_more_images_than_the_budget_are_dropped_least_recent_first() -> None:
+    conversations = ResidentConversations(capacity=10, media_bytes=1_000)
+    conversations.keep(OWNER.conversation("c1"), with_media(400))
+    conversations.keep(OWNER.conversation("c2"), with_media(400))
+    conversations.keep(OWNER.conversation("c3"), resident())  # no media: within the budget, all three kept
+    assert len(conversations) == 3
+    conversations.keep(OWNER.conversation("c4"), with_media(400))  # 1,200 bytes: c1 goes
+    assert len(conversations) == 3
+    assert conversations.take(OWNER.conversation("c1")) is None
+    assert conversations.take(OWNER.conversation("c2")) is not None  # taken: its bytes no longer count
+    conversations.keep(OWNER.conversation("c5"), with_media(500))  # 900 bytes with c4: both kept
+    assert conversations.take(OWNER.conversation("c4")) is not None
+
+
+def test_one_conversation_over_the_budget_alone_is_still_kept() -> None:
+    conversations = ResidentConversations(capacity=10, media_bytes=100)
+    conversations.keep(OWNER.conversation("c1"), with_media(400))
+    assert conversations.take(OWNER.conversation("c1")) is not None
