@@ -96,6 +96,7 @@ def test_the_bench_folder_has_its_scripts() -> None:
     assert set(TABLES) <= set(SCRIPTS), f"scripts gone from bench/: {set(TABLES) - set(SCRIPTS)}"
 
 
+@pytest.mark.benchmarks  # every script for a few seconds: about a minute in all, run by its own step of .ci/run
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_each_script_runs_in_quick_mode_and_prints_its_table(script: str, quick_runs: dict[str, QuickRun]) -> None:
     run = quick_runs[script]

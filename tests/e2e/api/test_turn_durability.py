@@ -126,6 +126,7 @@ def stage_when_killed(database: Path, turn_id: str) -> str:
     return "begun, no round done" if rounds == 0 else "mid-turn, rounds done"
 
 
+@pytest.mark.fault  # forty seconds of real processes killed: the fault step of .ci/run runs it
 def test_no_acknowledged_turn_vanishes_across_kill_9(tmp_path: Path) -> None:
     descriptors(tmp_path)
     chance = random.Random(20261124)
