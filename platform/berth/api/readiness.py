@@ -1,14 +1,18 @@
-"""Whether a host process is ready to serve: what ``/readyz`` of an API process and of a worker's health port
-report."""
+"""What ``/readyz`` and ``/metrics`` of an API process and of a worker's health port report: whether the process is
+ready to serve, and its metrics."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+
+from berth.api.auth import authenticate, require_admin
 from berth.api.services import HostServices
 from berth.distributed.probes import probe_backend
 
-__all__ = ["readiness", "refresh_queue_depth"]
+__all__ = ["metrics_exposition", "readiness"]
 
 
 async def readiness(host: HostServices) -> tuple[bool, dict[str, Any]]:
@@ -25,7 +29,15 @@ async def readiness(host: HostServices) -> tuple[bool, dict[str, Any]]:
     return ready, checks
 
 
-async def refresh_queue_depth(host: HostServices) -> None:
-    """Set ``berth_turn_queue_depth`` from the shared turn queue (distributed mode; a no-op otherwise)."""
+METRICS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def metrics_exposition(request: Request, host: HostServices) -> Response:
+    """The Prometheus text of ``host``'s metrics (``berth_turn_queue_depth`` read from the shared queue in
+    distributed mode). It names every tenant, so by default only an admin key reads it
+    (``platform.metrics.access``); raises :class:`~berth.api.errors.ApiError` 401/403 otherwise."""
+    if host.config.descriptors.assembly.platform.metrics.access != "open":
+        require_admin(authenticate(request, host.config.descriptors))
     if host.distributed is not None:
         host.metrics.turn_queue_depth.set(await host.distributed.queue.depth())
+    return Response(host.metrics.render(), media_type=METRICS_MEDIA_TYPE)

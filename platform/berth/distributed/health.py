@@ -22,9 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from berth.api.auth import authenticate, require_admin
 from berth.api.errors import ApiError
-from berth.api.readiness import readiness, refresh_queue_depth
+from berth.api.readiness import metrics_exposition, readiness
 
 if TYPE_CHECKING:
     from berth.distributed.worker import TurnWorker
@@ -48,13 +47,10 @@ def health_app(worker: TurnWorker) -> Starlette:
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
-        if host.config.descriptors.assembly.platform.metrics.access != "open":
-            try:
-                require_admin(authenticate(request, host.config.descriptors))
-            except ApiError as error:
-                return JSONResponse({"error": {"code": error.code, "message": error.message}}, error.status)
-        await refresh_queue_depth(host)
-        return Response(host.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        try:
+            return await metrics_exposition(request, host)
+        except ApiError as error:
+            return JSONResponse({"error": {"code": error.code, "message": error.message}}, error.status)
 
     routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]
     return Starlette(routes=routes)

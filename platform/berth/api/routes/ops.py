@@ -8,10 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from berth.api.auth import authenticate, require_admin
 from berth.api.deps import services
 from berth.api.errors import error_responses
-from berth.api.readiness import readiness, refresh_queue_depth
+from berth.api.readiness import metrics_exposition, readiness
 from berth.api.schemas import Readiness
 from berth.api.services import HostServices
 
@@ -48,10 +47,7 @@ async def readyz(host: Services) -> JSONResponse:
 async def metrics(request: Request, host: Services) -> Response:
     """Prometheus text format. It names every tenant, so by default only an admin key reads it
     (``platform.metrics.access`` of ``assembly.yaml``: ``admin`` or ``open``)."""
-    if host.config.descriptors.assembly.platform.metrics.access != "open":
-        require_admin(authenticate(request, host.config.descriptors))
-    await refresh_queue_depth(host)
-    return Response(host.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return await metrics_exposition(request, host)
 
 
 @router.get("/", include_in_schema=False)
