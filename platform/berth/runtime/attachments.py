@@ -47,16 +47,25 @@ def _key(data: bytes) -> tuple[str, int]:
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
+_last: list[tuple[bytes, DocumentText | None]] = []
+"""The bytes asked for last and their text: making one block asks for the same file several times (what the model
+reads, its text, what memory indexes), and hashing a 10 MB file for each would hold the event loop."""
+
+
 def document_of(data: bytes) -> DocumentText | None:
     """The extracted text of ``data`` (None: not a document), from the cache when :func:`prepare` saw it."""
+    if _last and _last[0][0] is data:
+        return _last[0][1]
     key = _key(data)
     if key in _documents:
         _documents.move_to_end(key)
-        return _documents[key]
-    document = extract_text(data)
-    _documents[key] = document
-    while len(_documents) > _CACHED:
-        _documents.popitem(last=False)
+        document = _documents[key]
+    else:
+        document = extract_text(data)
+        _documents[key] = document
+        while len(_documents) > _CACHED:
+            _documents.popitem(last=False)
+    _last[:] = [(data, document)]
     return document
 
 
