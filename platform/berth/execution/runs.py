@@ -191,13 +191,17 @@ class ExecService:
 
 
 def remove_run_folder(root: Path) -> None:
-    """Delete a run's folder, read-only folders (a turn's attachments) included, whoever runs the host."""
-    for inner, dirs, _ in os.walk(root):
-        for name in dirs:
-            path = os.path.join(inner, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o700)
-    shutil.rmtree(root, ignore_errors=True)
+    """Delete a run's folder, read-only folders (a turn's attachments) included, whoever runs the host: an entry
+    that cannot be removed has its folder made writable, then is removed (nothing is walked twice)."""
+
+    def writable_and_again(function: Callable[[str], object], path: str, _error: object) -> None:
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            function(path)
+        except OSError:
+            pass  # left behind, as rmtree(ignore_errors=True) would
+
+    shutil.rmtree(root, onerror=writable_and_again)
 
 
 def remote_supervisor_environment(
