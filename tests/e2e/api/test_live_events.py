@@ -49,14 +49,6 @@ async def follow(stack: ApiStack, url: str, until: str, who: str = "acme") -> As
                     return
 
 
-async def wait_for(stack: ApiStack, url: str, kind: str) -> dict[str, Any]:
-    """Follow the stream until an event of ``kind``; return its data."""
-    async for event, data in follow(stack, url, kind):
-        if event == kind:
-            return data
-    raise AssertionError(f"the stream ended before a {kind} event")
-
-
 def send(stack: ApiStack, conversation: str, turn_id: str, kind: str, message: str, who: str = "acme") -> Any:
     return stack.client.post(
         f"/v1/acme/support/conversations/{conversation}/turns/{turn_id}/events",
@@ -70,7 +62,7 @@ async def test_a_followup_mid_turn_is_stored_at_once_streamed_and_seen_at_the_ne
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "hold, then answer")
         turn_id = started["turn_id"]
-        await wait_for(stack, started["events_url"], "tool.call")  # the turn is in gate.hold now
+        await stack.wait_for(started["events_url"], "tool.call")  # the turn is in gate.hold now
 
         sent = await send(stack, conversation, turn_id, "followup", "and mention the weather")
         assert sent.status_code == 202, sent.text
@@ -109,7 +101,7 @@ async def test_a_steer_stops_the_answer_being_written_and_the_loop_decides_again
     async with api_stack(tmp_path, [LONG_ANSWER, STEERED_ANSWER]) as stack:
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "write a long answer")
-        await wait_for(stack, started["events_url"], "channel.delta")  # the model is writing; it pauses for 30 s
+        await stack.wait_for(started["events_url"], "channel.delta")  # the model is writing; it pauses for 30 s
 
         sent = await send(stack, conversation, started["turn_id"], "steer", "answer in French instead")
         assert sent.status_code == 202, sent.text
@@ -139,7 +131,7 @@ async def test_with_steer_next_decision_the_answer_is_not_cut_and_the_steer_star
     async with api_stack(tmp_path, [quick, STEERED_ANSWER], platform=platform) as stack:
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "write a long answer")
-        await wait_for(stack, started["events_url"], "channel.delta")
+        await stack.wait_for(started["events_url"], "channel.delta")
         sent = await send(stack, conversation, started["turn_id"], "steer", "answer in French instead")
         assert sent.status_code == 202
         events = [item async for item in follow(stack, started["events_url"], "turn.completed")]
@@ -147,7 +139,7 @@ async def test_with_steer_next_decision_the_answer_is_not_cut_and_the_steer_star
         assert completed["answer"].startswith("A long answer")  # the response was written to its end
         # the model never saw the steer in this turn: it starts the next one
         next_turn = completed["next_turn"]
-        following = await wait_for(stack, next_turn["events_url"], "turn.completed")
+        following = await stack.wait_for(next_turn["events_url"], "turn.completed")
         assert following["answer"] == "in French then"
         assert stack.model().requests[-1].prompt.section_text("current_turn").count("answer in French instead") == 1
 
@@ -157,14 +149,14 @@ async def test_an_event_after_the_turn_ended_starts_the_next_turn(tmp_path: Path
     async with api_stack(tmp_path, [answer, answer]) as stack:
         conversation = await stack.conversation()
         first = await stack.start_turn(conversation, "hello")
-        await wait_for(stack, first["events_url"], "turn.completed")
+        await stack.wait_for(first["events_url"], "turn.completed")
 
         sent = await send(stack, conversation, first["turn_id"], "followup", "one more thing")
         assert sent.status_code == 202, sent.text
         accepted = sent.json()
         assert accepted["started_turn"] is True and accepted["path"] is None
         assert accepted["turn_id"] != first["turn_id"]
-        await wait_for(stack, accepted["events_url"], "turn.completed")
+        await stack.wait_for(accepted["events_url"], "turn.completed")
         detail = await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())
         prompts = [(turn["turn_id"], turn["prompt"]) for turn in detail.json()["turns"]]
         assert prompts == [(first["turn_id"], "hello"), (accepted["turn_id"], "one more thing")]
@@ -174,7 +166,7 @@ async def test_two_subscribers_of_a_turn_both_see_its_live_events(tmp_path: Path
     async with gated(tmp_path, [HOLD, ANSWER]) as stack:
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "hold")
-        await wait_for(stack, started["events_url"], "tool.call")
+        await stack.wait_for(started["events_url"], "tool.call")
 
         async def subscriber() -> list[tuple[str, dict[str, Any]]]:
             return [item async for item in follow(stack, started["events_url"], "turn.completed")]
@@ -192,7 +184,7 @@ async def test_a_forged_turn_or_another_tenants_turn_is_not_found(tmp_path: Path
     async with gated(tmp_path, [HOLD, ANSWER]) as stack:
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "hold")
-        await wait_for(stack, started["events_url"], "tool.call")
+        await stack.wait_for(started["events_url"], "tool.call")
 
         forged = await send(stack, conversation, "turn_forged123", "followup", "hi")
         assert forged.status_code == 404
@@ -215,7 +207,7 @@ async def test_a_forged_turn_or_another_tenants_turn_is_not_found(tmp_path: Path
         )
         assert bad.status_code == 422
         open_gate()
-        completed = await wait_for(stack, started["events_url"], "turn.completed")
+        completed = await stack.wait_for(started["events_url"], "turn.completed")
         assert "next_turn" not in completed  # nothing was delivered to it
 
 
@@ -224,12 +216,12 @@ async def test_a_followup_that_arrives_while_the_answer_is_written_starts_the_ne
     async with api_stack(tmp_path, [slow, STEERED_ANSWER], platform={"react": {"steer": "next_decision"}}) as stack:
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "write")
-        await wait_for(stack, started["events_url"], "channel.delta")
+        await stack.wait_for(started["events_url"], "channel.delta")
         sent = await send(stack, conversation, started["turn_id"], "followup", "and then a summary")
         assert sent.json()["turn_id"] == started["turn_id"]
-        completed = await wait_for(stack, started["events_url"], "turn.completed")
+        completed = await stack.wait_for(started["events_url"], "turn.completed")
         next_turn = completed["next_turn"]
-        await wait_for(stack, next_turn["events_url"], "turn.completed")
+        await stack.wait_for(next_turn["events_url"], "turn.completed")
         detail = await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())
         turns = detail.json()["turns"]
         assert [turn["prompt"] for turn in turns] == ["write", "and then a summary"]
