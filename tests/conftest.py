@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_knowledge_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One knowledge folder for the whole run (``BERTH_PLATFORM__KNOWLEDGE__ROOT``): the example ``docs``
+    bundle indexes Berth's docs and source once, and every later host that loads it finds the index
+    up to date instead of indexing again. Tests of indexing itself use folders of their own."""
+    root = tmp_path_factory.mktemp("knowledge")
+    previous = os.environ.get("BERTH_PLATFORM__KNOWLEDGE__ROOT")
+    os.environ["BERTH_PLATFORM__KNOWLEDGE__ROOT"] = str(root)
+    yield root
+    if previous is None:
+        os.environ.pop("BERTH_PLATFORM__KNOWLEDGE__ROOT", None)
+    else:
+        os.environ["BERTH_PLATFORM__KNOWLEDGE__ROOT"] = previous
 
 
 @pytest.fixture

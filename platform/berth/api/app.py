@@ -50,7 +50,7 @@ def build_services(
             root, secret_providers=plugins.secret_providers(), platform_overrides=platform_overrides
         )
 
-    runtime = HostRuntime(load, plugins, watch=watch, worker_id=worker_id)
+    runtime = HostRuntime(load, plugins, watch=watch, worker_id=worker_id, var_root=var_root)
     services = HostServices(runtime, plugins, var_root=var_root)
     services.initial_config = load()  # descriptor errors surface before the server starts
     return services

@@ -2,7 +2,14 @@
 
 from berth.bundle.context import BundleContext
 from berth.bundle.info import AgentSpec, BundleInfo
-from berth.bundle.knowledge import KnowledgeDocument, KnowledgeSpace, MarkdownFolder
+from berth.bundle.knowledge import (
+    DocumentFolder,
+    GitRepository,
+    KnowledgeDocument,
+    KnowledgeSpace,
+    MarkdownFolder,
+    SourceTree,
+)
 from berth.bundle.skills import Skill
 from berth.bundle.widgets import Widget
 
@@ -10,9 +17,12 @@ __all__ = [
     "AgentSpec",
     "BundleContext",
     "BundleInfo",
+    "DocumentFolder",
+    "GitRepository",
     "KnowledgeDocument",
     "KnowledgeSpace",
     "MarkdownFolder",
     "Skill",
+    "SourceTree",
     "Widget",
 ]

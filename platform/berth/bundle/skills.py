@@ -1,4 +1,11 @@
-"""Skills: folders with a ``SKILL.md`` (front matter ``name`` and ``description``) addressed as ``sk:<id>``."""
+"""Skills: folders with a ``SKILL.md`` (front matter ``name`` and ``description``) addressed as ``sk:<id>``.
+
+Only a skill's id and one-line description are in the prompt (the gallery), so a bundle may have tens of
+them; ``react.read("sk:<id>")`` loads one. Optional parts: ``sources.yaml`` (rows that join the sources
+pool when the skill is read), ``tools.yaml`` (tool ids or patterns the skill may use: reading it admits
+them for the rest of the turn even where the agent's own tool list leaves them out) and ``knowledge:`` in
+the front matter (the bundle's knowledge spaces the skill searches).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ class Skill(BaseModel):
     folder: Path
     sources: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)
+    knowledge: list[str] = Field(default_factory=list)
+    """Knowledge spaces of the bundle this skill searches (front matter ``knowledge``)."""
 
     @classmethod
     def from_folder(cls, folder: Path | str) -> Skill:
@@ -54,8 +63,14 @@ class Skill(BaseModel):
         description = str(meta.get("description") or "").strip()
         if not description:
             raise SkillError(f"{skill_file}:2: front matter needs a one-line 'description'")
+        knowledge = meta.get("knowledge") or []
+        if isinstance(knowledge, str):
+            knowledge = [knowledge]
+        if not isinstance(knowledge, list) or not all(isinstance(space, str) for space in knowledge):
+            raise SkillError(f"{skill_file}:2: 'knowledge' must name knowledge spaces (a name or a list of names)")
         return cls(
             id=skill_id,
+            knowledge=knowledge,
             description=description.splitlines()[0],
             instructions=text[match.end() :].strip(),
             folder=folder,

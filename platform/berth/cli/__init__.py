@@ -11,6 +11,7 @@ from berth.cli.bundles import bundles_group
 from berth.cli.descriptors import descriptors_group
 from berth.cli.errors import run_guarded
 from berth.cli.execution import exec_group
+from berth.cli.knowledge import knowledge_group
 from berth.cli.migrate import migrate_command
 from berth.cli.plugins import plugins_group
 from berth.cli.serve import chat, run
@@ -32,6 +33,7 @@ cli.add_command(worker)
 cli.add_command(run)
 cli.add_command(chat)
 cli.add_command(usage_command)
+cli.add_command(knowledge_group)
 cli.add_command(migrate_command)
 
 

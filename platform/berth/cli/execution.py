@@ -93,9 +93,12 @@ async def _run(
         run = await execution.service.run(code, backend=backend, limits=limits, bundle_id="-", store=store)
         return run.envelope.to_json()
     from berth.host.registry import BundleRegistry
+    from berth.knowledge.service import KnowledgeService
     from berth.tools.scoped import tools_in_scope
 
-    registry = BundleRegistry(config, known_tool_packs=set(plugins.tool_packs()))
+    knowledge = KnowledgeService.for_config(config)
+    knowledge.auto_refresh = False  # tools run here; the host indexes the knowledge spaces
+    registry = BundleRegistry(config, known_tool_packs=set(plugins.tool_packs()), knowledge=knowledge)
     outcomes = await registry.start()
     failed = [outcome for outcome in outcomes if outcome.bundle_id == bundle_id and not outcome.ok]
     if failed:

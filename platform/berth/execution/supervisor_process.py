@@ -25,6 +25,7 @@ from berth.execution.payload import PAYLOAD_VARIABLE, LaunchPayload, materialize
 from berth.execution.supervisor import Supervisor
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
+from berth.knowledge.service import KnowledgeService
 from berth.tools.scoped import tools_in_scope
 
 
@@ -41,7 +42,9 @@ async def supervising(environment: Mapping[str, str], descriptors_dir: Path) -> 
     payload = LaunchPayload.from_json(environment[PAYLOAD_VARIABLE])
     plugins = PlatformPlugins.discover()
     config = Configuration.load(materialize(environment, descriptors_dir), secret_providers=plugins.secret_providers())
-    registry = BundleRegistry(config, known_tool_packs=set(plugins.tool_packs()))
+    knowledge = KnowledgeService.for_config(config)
+    knowledge.auto_refresh = False  # tools run here; the host indexes the knowledge spaces
+    registry = BundleRegistry(config, known_tool_packs=set(plugins.tool_packs()), knowledge=knowledge)
     outcomes = await registry.start()
     try:
         failed = [outcome for outcome in outcomes if outcome.bundle_id == payload.bundle_id and not outcome.ok]

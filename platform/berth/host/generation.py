@@ -14,10 +14,10 @@ import pluggy
 from berth import hooks
 from berth.bundle.context import BundleContext
 from berth.bundle.info import AgentSpec, BundleInfo
-from berth.bundle.knowledge import KnowledgeDocument, KnowledgeSpace
 from berth.bundle.skills import Skill
 from berth.bundle.widgets import Widget
 from berth.host.bundle_loop import BundleLoop
+from berth.knowledge.space import SpaceIndex
 from berth.tools.catalog import ToolCatalog
 from berth.tools.mcp import McpToolManager
 
@@ -89,25 +89,6 @@ def new_bundle_manager(plugin: object, name: str) -> pluggy.PluginManager:
     return manager
 
 
-@dataclass
-class KnowledgeIndex:
-    """The indexed documents of one knowledge space, re-read when the indexer's fingerprint changes."""
-
-    space: KnowledgeSpace
-    fingerprint: str
-    documents: list[KnowledgeDocument]
-
-    @classmethod
-    def build(cls, space: KnowledgeSpace) -> KnowledgeIndex:
-        """Index ``space`` now."""
-        return cls(space, space.indexer.fingerprint(), list(space.indexer.documents()))
-
-    def fresh(self) -> KnowledgeIndex:
-        """This index, or a rebuilt one when the inputs changed since."""
-        current = self.space.indexer.fingerprint()
-        return self if current == self.fingerprint else KnowledgeIndex.build(self.space)
-
-
 @dataclass(eq=False)
 class BundleGeneration:
     """One loaded generation. ``users`` counts in-flight work pinned to it; once ``retired`` (a newer
@@ -125,7 +106,8 @@ class BundleGeneration:
     agent: AgentSpec | None
     catalog: ToolCatalog
     skills: dict[str, Skill]
-    knowledge: dict[str, KnowledgeIndex]
+    knowledge: dict[str, SpaceIndex]
+    """The indexes of the bundle's knowledge spaces, by name (refreshed in the background)."""
     widgets: dict[str, Widget]
     mcp: McpToolManager | None = None
     loop: BundleLoop = field(default_factory=lambda: BundleLoop("a bundle"))
@@ -139,12 +121,6 @@ class BundleGeneration:
     def hooks(self) -> BundleHooks:
         """Typed hook calls on this generation."""
         return BundleHooks(self.manager, self.loop)
-
-    def knowledge_documents(self, space: str) -> list[KnowledgeDocument]:
-        """The documents of ``space``, re-indexed first if its inputs changed."""
-        index = self.knowledge[space].fresh()
-        self.knowledge[space] = index
-        return index.documents
 
 
 def _flatten(results: Iterable[Any]) -> list[Any]:

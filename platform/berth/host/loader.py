@@ -25,7 +25,7 @@ from berth.config import Configuration, DescriptorError
 from berth.config.models.bundles import BundleEntry
 from berth.host.bundle_loop import BundleLoop
 from berth.host.errors import BundleLoadError, LoadError, load_error_from_exception
-from berth.host.generation import BundleGeneration, BundleHooks, KnowledgeIndex, new_bundle_manager
+from berth.host.generation import BundleGeneration, BundleHooks, new_bundle_manager
 from berth.host.importer import (
     ImportedBundle,
     bundle_entry_points,
@@ -34,6 +34,8 @@ from berth.host.importer import (
     import_folder_bundle,
     purge_modules,
 )
+from berth.knowledge.service import KnowledgeService
+from berth.knowledge.space import SpaceIndex
 from berth.tools.catalog import CatalogError, build_catalog
 from berth.tools.contributions import merge_tool_contributions
 from berth.tools.mcp import McpToolManager
@@ -86,6 +88,7 @@ async def load_generation(
     *,
     known_tool_packs: Collection[str] | None = None,
     load_timeout_s: float = 10.0,
+    knowledge: KnowledgeService | None = None,
 ) -> BundleGeneration:
     """Import and validate generation ``number`` of ``bundle_id``; the caller swaps it in."""
     imported = import_bundle(bundle_id, number, entry, config)
@@ -93,7 +96,16 @@ async def load_generation(
     try:
         manager = _bundle_manager(bundle_id, number, imported)
         return await _validate(
-            bundle_id, number, entry, config, imported, known_tool_packs, load_timeout_s, manager, loop
+            bundle_id,
+            number,
+            entry,
+            config,
+            imported,
+            known_tool_packs,
+            load_timeout_s,
+            manager,
+            loop,
+            knowledge or KnowledgeService.for_config(config),
         )
     except BaseException:
         await loop.aclose()
@@ -123,6 +135,7 @@ async def _validate(
     load_timeout_s: float,
     manager: pluggy.PluginManager,
     loop: BundleLoop,
+    service: KnowledgeService,
 ) -> BundleGeneration:
     roots = list(imported.roots)
 
@@ -163,15 +176,31 @@ async def _validate(
     )
     widgets = _widgets(_call(lambda: hooks.widgets(context), failure, "bundle_widgets_invalid", "berth_widgets(ctx)"))
     spaces = _call(lambda: hooks.knowledge(context), failure, "bundle_knowledge_invalid", "berth_knowledge(ctx)")
-    knowledge = _knowledge(spaces, failure)
+    knowledge = _knowledge(bundle_id, spaces, service, failure)
+    for skill in skills.values():
+        unknown = [space for space in skill.knowledge if space not in knowledge]
+        if unknown:
+            _stop(knowledge)
+            known = ", ".join(sorted(knowledge)) or "none"
+            raise BundleLoadError(
+                LoadError(
+                    "bundle_skill_invalid",
+                    f"skill '{skill.id}' names knowledge space '{unknown[0]}', which the bundle does not have "
+                    f"(spaces: {known})",
+                )
+            )
     try:
         await asyncio.wait_for(hooks.on_load(context), timeout=load_timeout_s)
     except TimeoutError:
+        _stop(knowledge)
         raise BundleLoadError(
             LoadError("bundle_on_load_timeout", f"berth_on_load did not finish within {load_timeout_s:g} s")
         ) from None
     except Exception as exc:
+        _stop(knowledge)
         raise failure("bundle_on_load_failed", exc, "berth_on_load(ctx)") from None
+    for index in knowledge.values() if service.auto_refresh else ():
+        index.refresh_in_background()  # the stored version serves meanwhile; a first index is awaited by searches
     source = entry.source.entry_point or str(bundle_folder(config, entry))
     servers = [e.server for e in catalog if e.server is not None]
     mcp = McpToolManager(servers, context.secret) if servers else None
@@ -263,15 +292,28 @@ def _widgets(items: list[Any]) -> dict[str, Widget]:
     return widgets
 
 
-def _knowledge(items: list[Any], failure: Any) -> dict[str, KnowledgeIndex]:
-    spaces: dict[str, KnowledgeIndex] = {}
+def _knowledge(bundle_id: str, items: list[Any], service: KnowledgeService, failure: Any) -> dict[str, SpaceIndex]:
+    """Open the index of every contributed space (refreshed once the generation validates)."""
+    spaces: dict[str, SpaceIndex] = {}
     for item in items:
         if not isinstance(item, KnowledgeSpace):
+            _stop(spaces)
             raise BundleLoadError(
                 LoadError("bundle_knowledge_invalid", f"berth_knowledge returned {type(item).__name__}")
             )
+        if item.name in spaces:
+            _stop(spaces)
+            raise BundleLoadError(
+                LoadError("bundle_knowledge_invalid", f"knowledge space '{item.name}' is contributed twice")
+            )
         try:
-            spaces[item.name] = KnowledgeIndex.build(item)
+            spaces[item.name] = service.open(bundle_id, item)
         except Exception as exc:
-            raise failure("bundle_knowledge_invalid", exc, f"indexing knowledge space '{item.name}'") from None
+            _stop(spaces)
+            raise failure("bundle_knowledge_invalid", exc, f"opening knowledge space '{item.name}'") from None
     return spaces
+
+
+def _stop(spaces: dict[str, SpaceIndex]) -> None:
+    for index in spaces.values():
+        index.stop()

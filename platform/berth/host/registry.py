@@ -22,6 +22,7 @@ from berth.host.errors import BundleLoadError, LoadError
 from berth.host.generation import BundleGeneration
 from berth.host.importer import bundle_entry_points, purge_modules
 from berth.host.loader import load_generation
+from berth.knowledge.service import KnowledgeService
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,11 @@ class BundleRegistry:
         *,
         known_tool_packs: Collection[str] | None = None,
         load_timeout_s: float = 10.0,
+        knowledge: KnowledgeService | None = None,
     ) -> None:
         self._config = config
+        self.knowledge = knowledge or KnowledgeService.for_config(config)
+        """Where the bundles' knowledge spaces keep their indexes (``platform.knowledge``)."""
         self._known_tool_packs = known_tool_packs
         self._load_timeout_s = load_timeout_s
         self._current: dict[str, BundleGeneration] = {}
@@ -115,6 +119,7 @@ class BundleRegistry:
                     self._config,
                     known_tool_packs=self._known_tool_packs,
                     load_timeout_s=self._load_timeout_s,
+                    knowledge=self.knowledge,
                 )
             except BundleLoadError as exc:
                 self._errors[bundle_id] = exc.error
@@ -311,6 +316,8 @@ class BundleRegistry:
             log.exception("berth_on_unload of bundle %s generation %d failed", generation.bundle_id, generation.number)
         if generation.mcp is not None:
             await generation.mcp.aclose()
+        for index in generation.knowledge.values():
+            index.stop()
         await generation.loop.aclose()
         if generation.source_kind == "path":
             purge_modules(generation.package)

@@ -16,11 +16,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from berth.config import Configuration, find_descriptors_dir
+from berth.config import ConfigError, Configuration, find_descriptors_dir
 from berth.host.broadcast import LocalReloadBus, RedisReloadBus, RedisWorkerReporter, ReloadBus
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry, ReloadOutcome
 from berth.host.watcher import BundleWatcher, DescriptorWatcher
+from berth.knowledge.service import KnowledgeService
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,15 @@ class HostRuntime:
         worker_id: str | None = None,
         watch: bool = True,
         load_timeout_s: float = 10.0,
+        var_root: Path | None = None,
+        refresh_knowledge: bool = True,
     ) -> None:
+        """
+        :param var_root: the storage root ``berth run --var`` names (the knowledge folder defaults under it).
+        :param refresh_knowledge: index knowledge spaces as bundles load (a CLI that only reads them says no).
+        """
+        self._var_root = var_root
+        self._refresh_knowledge = refresh_knowledge
         self._load_configuration = load_configuration
         self._plugins = plugins
         self.worker_id = worker_id or default_worker_id()
@@ -79,7 +88,10 @@ class HostRuntime:
         """Load the configuration and every bundle, then start the reload triggers."""
         config = self._load_configuration()
         registry = BundleRegistry(
-            config, known_tool_packs=set(self._plugins.tool_packs()), load_timeout_s=self._load_timeout_s
+            config,
+            known_tool_packs=set(self._plugins.tool_packs()),
+            load_timeout_s=self._load_timeout_s,
+            knowledge=self._knowledge_service(config),
         )
         self.registry = registry
         outcomes = await registry.start()
@@ -97,6 +109,22 @@ class HostRuntime:
             for watcher in self._watchers:
                 self._spawn(watcher.run())
         return outcomes
+
+    def _knowledge_service(self, config: Configuration) -> KnowledgeService:
+        """The knowledge service with the platform's embedder (``platform.embedder``), built by its plugin."""
+        settings = config.settings_for().embedder
+        factory = self._plugins.embedders().get(settings.provider)
+        if factory is None:
+            known = ", ".join(sorted(self._plugins.embedders())) or "none"
+            raise ConfigError(
+                "embedder_unknown",
+                f"platform.embedder.provider {settings.provider!r} is not installed (known: {known})",
+            )
+        service = KnowledgeService.for_config(
+            config, var_root=self._var_root, embedder=factory(settings), embedder_name=settings.provider
+        )
+        service.auto_refresh = self._refresh_knowledge
+        return service
 
     async def request_reload(self, bundle_id: str) -> None:
         """Reload ``bundle_id`` in every process of the deployment (the admin API and CLI use this)."""

@@ -166,8 +166,7 @@ class TurnRunner:
         bundle = BundleView(
             bundle_id=generation.bundle_id,
             skills=dict(generation.skills),
-            knowledge=generation.knowledge_documents if generation.knowledge else None,
-            knowledge_spaces=tuple(sorted(generation.knowledge)),
+            knowledge=dict(generation.knowledge),
         )
         memory = self._memory(turn.scope) if self._memory else None
         state = TurnState(
@@ -310,6 +309,7 @@ class TurnRunner:
             toolbox = await self._toolbox(
                 generation, context, bundle, agent.tools if agent else None, with_memory=memory is not None
             )
+            state.toolbox = toolbox
             if agent is None:
                 error = {
                     "code": "bundle_has_no_agent",

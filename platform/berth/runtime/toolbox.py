@@ -101,6 +101,8 @@ class ToolBox:
     """The notice code for an unknown id under a prefix (``mcp.`` → ``mcp_unknown_tool``); else ``unknown_tool``."""
     allowed: tuple[str, ...] | None = None
     """The allow-list :meth:`restrict` applied (None: every tool), kept for tools added later in the turn."""
+    withheld: dict[str, RuntimeTool] = field(default_factory=dict)
+    """Tools the allow-list left out; a skill's ``tools.yaml`` may bring them back (:meth:`widen`)."""
 
     def add(self, tool: RuntimeTool) -> None:
         """Add ``tool``; a second tool with the same id is refused."""
@@ -113,7 +115,18 @@ class ToolBox:
         if patterns is None:
             return
         self.allowed = tuple(patterns)
+        self.withheld.update({k: v for k, v in self.tools.items() if not self.allows(k)})
         self.tools = {k: v for k, v in self.tools.items() if self.allows(k)}
+
+    def widen(self, patterns: Sequence[str]) -> list[RuntimeTool]:
+        """Admit the withheld tools matching ``patterns`` for the rest of the turn; return those newly added."""
+        if self.allowed is None or not patterns:
+            return []
+        self.allowed = (*self.allowed, *(p for p in patterns if p not in self.allowed))
+        added = [tool for tool_id, tool in sorted(self.withheld.items()) if self.allows(tool_id)]
+        for tool in added:
+            self.tools[tool.tool_id] = self.withheld.pop(tool.tool_id)
+        return added
 
     def allows(self, tool_id: str) -> bool:
         """Whether the allow-list of :meth:`restrict` admits ``tool_id``."""
@@ -137,14 +150,17 @@ class ToolBox:
 
     def catalog_text(self) -> str:
         """The catalog for the system message: id, purpose, params schema, constraints; sorted, stable."""
-        sections = []
-        for tool_id in sorted(self.tools):
-            tool = self.tools[tool_id]
-            schema = tool.schema_text
-            flags = " (read-only)" if tool.read_only else ""
-            timeout = f" (times out after {tool.timeout_s:g} s)" if tool.timeout_s else ""
-            sections.append(f"## {tool_id}{flags}{timeout}\n{tool.description.strip()}\nparams: {schema}")
-        return "\n\n".join(sections)
+        return catalog_entries(self.tools[tool_id] for tool_id in sorted(self.tools))
+
+
+def catalog_entries(tools: Iterable[RuntimeTool]) -> str:
+    """Catalog entries of ``tools``, in the given order: id, flags, purpose and params schema."""
+    sections = []
+    for tool in tools:
+        flags = " (read-only)" if tool.read_only else ""
+        timeout = f" (times out after {tool.timeout_s:g} s)" if tool.timeout_s else ""
+        sections.append(f"## {tool.tool_id}{flags}{timeout}\n{tool.description.strip()}\nparams: {tool.schema_text}")
+    return "\n\n".join(sections)
 
 
 def skill_gallery(skills: Iterable[Skill]) -> str:

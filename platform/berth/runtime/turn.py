@@ -6,8 +6,8 @@ import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from berth.bundle.knowledge import KnowledgeDocument
 from berth.bundle.skills import Skill
 from berth.config.models.assembly import ModelRef
 from berth.models.protocol import Usage
@@ -19,6 +19,10 @@ from berth.runtime.timeline import Timeline
 from berth.runtime.workspace import Workspace
 from berth.storage.scope import ConversationScope
 
+if TYPE_CHECKING:
+    from berth.knowledge.space import SpaceIndex
+    from berth.runtime.toolbox import ToolBox
+
 
 @dataclass(frozen=True)
 class BundleView:
@@ -26,8 +30,13 @@ class BundleView:
 
     bundle_id: str
     skills: Mapping[str, Skill] = field(default_factory=dict)
-    knowledge: Callable[[str], list[KnowledgeDocument]] | None = None
-    knowledge_spaces: tuple[str, ...] = ()
+    knowledge: Mapping[str, SpaceIndex] = field(default_factory=dict)
+    """The indexes of the bundle's knowledge spaces, by name."""
+
+    @property
+    def knowledge_spaces(self) -> tuple[str, ...]:
+        """The names of the bundle's knowledge spaces, sorted."""
+        return tuple(sorted(self.knowledge))
 
 
 @dataclass
@@ -54,6 +63,8 @@ class TurnState:
     pending_blocks: list[Block] = field(default_factory=list)
     model: ModelRef | None = None
     """The turn's model (what it reads besides text: ``react.read`` shows it an image again if it reads images)."""
+    toolbox: ToolBox | None = None
+    """The turn's tools (a skill that is read may widen them for the rest of the turn)."""
     media_shelf: dict[str, bytes] = field(default_factory=dict)
     """The renderer's shelf of image and PDF bytes by ``fi:`` path (:mod:`berth.runtime.media`)."""
     reopened_media: list[tuple[str, str]] = field(default_factory=list)

@@ -351,6 +351,25 @@ class EmbedderConfig(DescriptorModel):
     model: str | None = None
 
 
+class KnowledgeConfig(DescriptorModel):
+    """Where knowledge spaces keep their indexes, and how they refresh (read from the platform level)."""
+
+    root: str | None = Field(
+        None,
+        description=(
+            "the folder of the spaces' indexes and the git checkout cache (relative to the descriptors folder); "
+            "default: <embedded storage root>/knowledge, or ./var/knowledge with distributed storage"
+        ),
+    )
+    max_file_bytes: int = Field(2 * 1024 * 1024, gt=0, description="larger files are skipped with a recorded reason")
+    refresh_interval_s: float = Field(
+        2.0, ge=0, description="a search checks its space's files for changes at most this often (in the background)"
+    )
+    first_index_wait_s: float = Field(
+        30.0, ge=0, description="how long a search waits for a space's first index before answering 'indexing'"
+    )
+
+
 class MetricsConfig(DescriptorModel):
     """Who may read ``/metrics`` (it names every tenant and its usage)."""
 
@@ -368,6 +387,7 @@ class PlatformConfig(DescriptorModel):
     react: ReactConfig = Field(default_factory=ReactConfig)
     exec: ExecConfig = Field(default_factory=ExecConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     secret_providers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="options per secret-provider plugin, e.g. aws-sm: {region: ...}"

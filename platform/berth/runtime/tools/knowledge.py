@@ -1,20 +1,22 @@
-"""``react.search_knowledge``: ranked search over the bundle's knowledge spaces (BM25)."""
+"""``react.search_knowledge``: ranked chunks of the bundle's knowledge spaces (lexical + embeddings, fused).
+
+Each hit is a chunk with its ``ks:<space>/<path>#<anchor>`` path (``react.read`` opens it), a snippet and
+a score; the hits join the sources pool, so the answer can cite them.
+"""
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
-from typing import Any
+import asyncio
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.bundle.knowledge import KnowledgeDocument
+from berth.knowledge.space import KnowledgeHit, SpaceIndex
 from berth.runtime.toolbox import RuntimeTool, ToolNotice
 from berth.runtime.turn import TurnState
-from berth.tools.results import ToolOutput
+from berth.tools.results import SourceCandidate, ToolOutput
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+__all__ = ["KnowledgeParams", "search_knowledge_tool", "search_spaces"]
 
 
 class KnowledgeParams(BaseModel):
@@ -22,70 +24,84 @@ class KnowledgeParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1)
+    query: str = Field(min_length=1, max_length=1_000)
     space: str | None = Field(None, description="one knowledge space (default: all)")
     limit: int = Field(5, ge=1, le=20)
+    mode: Literal["hybrid", "lexical", "vector"] = Field(
+        "hybrid", description="hybrid (default): words and meaning fused; lexical: words only; vector: meaning only"
+    )
 
 
-def bm25_rank(
-    query: str, documents: list[KnowledgeDocument], *, k1: float = 1.5, b: float = 0.75
-) -> list[tuple[float, KnowledgeDocument]]:
-    """Documents scored by Okapi BM25 for ``query`` (highest first, zero scores dropped)."""
-    tokenized = [_WORD.findall((doc.title + " " + doc.text).lower()) for doc in documents]
-    if not tokenized:
-        return []
-    average = sum(len(tokens) for tokens in tokenized) / len(tokenized) or 1.0
-    frequency = Counter(term for tokens in tokenized for term in set(tokens))
-    terms = set(_WORD.findall(query.lower()))
-    scored = []
-    for doc, tokens in zip(documents, tokenized, strict=True):
-        counts = Counter(tokens)
-        score = 0.0
-        for term in terms:
-            if counts[term] == 0:
-                continue
-            idf = math.log(1 + (len(documents) - frequency[term] + 0.5) / (frequency[term] + 0.5))
-            tf = counts[term]
-            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(tokens) / average))
-        if score > 0:
-            scored.append((score, doc))
-    return sorted(scored, key=lambda pair: (-pair[0], pair[1].path))
+async def search_spaces(
+    spaces: list[SpaceIndex], query: str, *, limit: int, mode: Literal["hybrid", "lexical", "vector"] = "hybrid"
+) -> tuple[list[KnowledgeHit], list[str]]:
+    """The best ``limit`` hits over ``spaces`` (each space ranked, then merged by score), and notes on
+    spaces that are still being indexed for the first time or cannot list their files."""
+    notes: list[str] = []
+    ready: list[SpaceIndex] = []
+    for index in spaces:
+        index.check_soon()  # picks up changed files in the background; this version answers now
+        if not await index.wait_first_index(index.first_index_wait_s):
+            progress = index.status().progress or {}
+            notes.append(
+                f"space '{index.name}' is still being indexed "
+                f"({progress.get('files_done', 0)}/{progress.get('files_total', '?')} files); try again shortly"
+            )
+            continue
+        error = index.status().error
+        if error:
+            notes.append(f"space '{index.name}' could not be (re-)indexed: {error}")
+        ready.append(index)
+    ranked = await asyncio.gather(*(index.search(query, limit=limit, mode=mode) for index in ready))
+    hits = sorted((hit for hits in ranked for hit in hits), key=lambda hit: -hit.score)[:limit]
+    return hits, notes
 
 
 async def run_search_knowledge(params: BaseModel, state: TurnState) -> Any:
-    """Search the bundle's knowledge; hits are readable as ks:<space>/<path>."""
+    """Search the bundle's knowledge; each hit is readable as ks:<space>/<path>#<anchor>."""
     assert isinstance(params, KnowledgeParams)
     bundle = state.bundle
-    if bundle.knowledge is None:
+    if not bundle.knowledge:
         raise ToolNotice("tool_inactive", "this bundle has no knowledge space")
-    spaces = [params.space] if params.space else list(bundle.knowledge_spaces)
-    unknown = [space for space in spaces if space not in bundle.knowledge_spaces]
+    names = [params.space] if params.space else list(bundle.knowledge_spaces)
+    unknown = [name for name in names if name not in bundle.knowledge]
     if unknown:
         raise ToolNotice(
             "read_paths_missing", f"no knowledge space {unknown[0]!r} (spaces: {', '.join(bundle.knowledge_spaces)})"
         )
-    hits = []
-    for space in spaces:
-        hits += [(score, space, doc) for score, doc in bm25_rank(params.query, bundle.knowledge(space))]
-    hits.sort(key=lambda hit: -hit[0])
-    rows = []
-    for score, space, doc in hits[: params.limit]:
-        snippet = " ".join(doc.text.split())[:240]
-        rows.append(
-            {"path": f"ks:{space}/{doc.path}", "title": doc.title, "score": round(score, 3), "snippet": snippet}
+    hits, notes = await search_spaces(
+        [bundle.knowledge[name] for name in names], params.query, limit=params.limit, mode=params.mode
+    )
+    rows: list[dict[str, Any]] = [
+        {
+            "path": hit.logical_path,
+            "title": hit.chunk.title,
+            "lines": f"{hit.chunk.first_line}-{hit.chunk.last_line}",
+            "score": hit.score,
+            "snippet": hit.snippet,
+        }
+        for hit in hits
+    ]
+    sources = [
+        SourceCandidate(
+            url=hit.logical_path, title=hit.chunk.title, text=hit.chunk.text, source_type="kb", relevance=hit.score
         )
-    return ToolOutput(value=rows or "no matches", summary=f"{len(rows)} knowledge hit(s)")
+        for hit in hits
+    ]
+    value: Any = rows or "no matches"
+    if notes:
+        value = {"hits": rows, "notes": notes}
+    return ToolOutput(value=value, sources=sources, summary=f"{len(rows)} knowledge hit(s)")
 
 
 def search_knowledge_tool() -> RuntimeTool:
     """``react.search_knowledge``."""
     return RuntimeTool(
         "react.search_knowledge",
-        "Search the bundle's knowledge spaces; read a hit in full with react.read(['ks:<space>/<path>']).",
+        "Search the bundle's knowledge spaces (documents and code, by words and meaning). Hits are chunks; "
+        "read one in full with react.read(['ks:<space>/<path>#<anchor>']), or a whole file without '#…'. "
+        "Hits join the sources pool: cite them.",
         KnowledgeParams,
         run_search_knowledge,
         read_only=True,
     )
-
-
-__all__ = ["KnowledgeParams", "bm25_rank", "search_knowledge_tool"]

@@ -12,6 +12,7 @@ from typing import Any
 import filetype
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.bundle.skills import Skill
 from berth.runtime.attachments import IMAGE_TYPES, choose_media, document_of
 from berth.runtime.extraction import detect_document
 from berth.runtime.paths import (
@@ -24,7 +25,7 @@ from berth.runtime.paths import (
     parse_path,
 )
 from berth.runtime.render import render_block
-from berth.runtime.toolbox import RuntimeTool, ToolNotice
+from berth.runtime.toolbox import RuntimeTool, ToolNotice, catalog_entries
 from berth.runtime.turn import TurnState
 from berth.runtime.workspace import WorkspaceError
 from berth.tools.results import SourceCandidate, ToolOutput
@@ -107,14 +108,11 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
             if not target.is_relative_to(skill.folder.resolve()) or not target.is_file():
                 raise ToolNotice("read_paths_missing", f"{path}: no such file in the skill")
             return _slice(target.read_text(encoding="utf-8"), lines)
-        return _slice(f"# Skill {skill.id}\n{skill.description}\n\n{skill.instructions}", lines)
+        return _slice(f"# Skill {skill.id}\n{skill.description}\n\n{skill.instructions}", lines) + _skill_scope(
+            skill, state
+        )
     if isinstance(parsed, KnowledgePath):
-        if state.bundle.knowledge is None or parsed.space not in state.bundle.knowledge_spaces:
-            raise ToolNotice("read_paths_missing", f"{path}: no knowledge space '{parsed.space}'")
-        for document in state.bundle.knowledge(parsed.space):
-            if document.path == parsed.rel:
-                return _slice(document.text, lines)
-        raise ToolNotice("read_paths_missing", f"{path}: no such document")
+        return await _read_knowledge(path, parsed, state, lines, sources)
     if isinstance(parsed, PlanAliasPath):
         block = state.plan_book().resolve(parsed)
         if block is None:
@@ -137,6 +135,39 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
         "\n\n".join(render_block(block.model_copy(update={"hidden": False, "replacement": None})) for block in blocks),
         lines,
     )
+
+
+def _skill_scope(skill: Skill, state: TurnState) -> str:
+    """Admit the skill's tools for the rest of the turn and say what it brought: tools and knowledge spaces."""
+    notes = []
+    spaces = [space for space in skill.knowledge if space in state.bundle.knowledge]
+    if spaces:
+        names = ", ".join(f"'{space}'" for space in spaces)
+        notes.append(f"This skill's knowledge: react.search_knowledge with space {names}.")
+    added = state.toolbox.widen(skill.tools) if state.toolbox is not None else []
+    if added:
+        notes.append("Tools this skill adds for the rest of the turn:\n\n" + catalog_entries(added))
+    return "".join(f"\n\n{note}" for note in notes)
+
+
+async def _read_knowledge(
+    path: str, parsed: KnowledgePath, state: TurnState, lines: str | None, sources: list[SourceCandidate]
+) -> str:
+    """A chunk (``ks:<space>/<file>#<anchor>``, all its parts) or a whole file of a knowledge space."""
+    index = state.bundle.knowledge.get(parsed.space)
+    if index is None:
+        raise ToolNotice("read_paths_missing", f"{path}: no knowledge space '{parsed.space}'")
+    file, _, anchor = parsed.rel.partition("#")
+    await index.wait_first_index(index.first_index_wait_s)
+    rows = await asyncio.to_thread(index.read, file, anchor or None)
+    if not rows:
+        what = f"no chunk '#{anchor}' in {file}" if anchor else "no such file in the space"
+        raise ToolNotice("read_paths_missing", f"{path}: {what}")
+    text = "\n".join(row.text for row in rows)
+    title = rows[0].title
+    sources.append(SourceCandidate(url=path, title=title, text=text, source_type="kb"))
+    header = f"[{title}, lines {rows[0].first_line}-{rows[-1].last_line}]\n" if anchor else ""
+    return header + _slice(text, lines)
 
 
 async def run_read(params: BaseModel, state: TurnState) -> Any:

