@@ -104,7 +104,7 @@ async def quality(name: str, embedder: Embedder, root: Path) -> list[Quality]:
     started = time.perf_counter()
     for space in spaces:
         await space.refresh()
-    chunks = sum(space.status().chunks for space in spaces)
+    chunks = sum([(await space.status()).chunks for space in spaces])
     print(f"  {name}: indexed {chunks} chunks of docs/ and platform/berth/ in {time.perf_counter() - started:.1f} s")
     questions = yaml.safe_load(QUESTIONS.read_text(encoding="utf-8"))
     results = []
@@ -119,7 +119,7 @@ async def quality(name: str, embedder: Embedder, root: Path) -> list[Quality]:
             reciprocal += 1.0 / ranks[0] if ranks else 0.0
         results.append(Quality(name, mode, found_at_5 / len(questions), reciprocal / len(questions)))
     for space in spaces:
-        space.stop()
+        await space.aclose()
     return results
 
 
@@ -162,7 +162,8 @@ async def latency(count: int, root: Path) -> dict[str, tuple[float, float]]:
     started = time.perf_counter()
     await index.refresh()
     print(f"  {count} chunks indexed in {time.perf_counter() - started:.1f} s")
-    await index.search(corpus.queries[0], mode="hybrid")  # warm: the vector matrix is loaded once per version
+    for mode in MODES:  # warm: the vector matrix is loaded once per index version
+        await index.search(corpus.queries[0], mode=mode)
     table: dict[str, tuple[float, float]] = {}
     for mode in MODES:
         samples = []
@@ -172,7 +173,7 @@ async def latency(count: int, root: Path) -> dict[str, tuple[float, float]]:
             samples.append(time.perf_counter() - begin)
         table[f"berth {mode}"] = percentiles(samples)
     table["rank_bm25 BM25Okapi"] = peer_latency(corpus)
-    index.stop()
+    await index.aclose()
     return table
 
 
@@ -236,7 +237,7 @@ async def index_times(count: int, root: Path, runs: int) -> dict[str, list[float
         times["incremental (1 file changed)"].append(report.seconds)
         report = await index.refresh()
         times["nothing changed"].append(report.seconds)
-        index.stop()
+        await index.aclose()
     return times
 
 

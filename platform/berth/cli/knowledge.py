@@ -105,7 +105,7 @@ def status_command(
 
     async def run() -> list[dict[str, Any]]:
         async with _spaces(descriptors, var_root, bundle_id, tenant, project, space) as chosen:
-            return [{"bundle": b, **asdict(index.status())} for b, index in chosen]
+            return [{"bundle": b, **asdict(await index.status())} for b, index in chosen]
 
     statuses = asyncio.run(run())
     if output_format == "json":

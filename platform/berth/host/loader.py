@@ -180,7 +180,7 @@ async def _validate(
     for skill in skills.values():
         unknown = [space for space in skill.knowledge if space not in knowledge]
         if unknown:
-            _stop(knowledge)
+            await _close(knowledge)
             known = ", ".join(sorted(knowledge)) or "none"
             raise BundleLoadError(
                 LoadError(
@@ -192,12 +192,12 @@ async def _validate(
     try:
         await asyncio.wait_for(hooks.on_load(context), timeout=load_timeout_s)
     except TimeoutError:
-        _stop(knowledge)
+        await _close(knowledge)
         raise BundleLoadError(
             LoadError("bundle_on_load_timeout", f"berth_on_load did not finish within {load_timeout_s:g} s")
         ) from None
     except Exception as exc:
-        _stop(knowledge)
+        await _close(knowledge)
         raise failure("bundle_on_load_failed", exc, "berth_on_load(ctx)") from None
     for index in knowledge.values() if service.auto_refresh else ():
         index.refresh_in_background()  # the stored version serves meanwhile; a first index is awaited by searches
@@ -314,6 +314,11 @@ def _knowledge(bundle_id: str, items: list[Any], service: KnowledgeService, fail
     return spaces
 
 
-def _stop(spaces: dict[str, SpaceIndex]) -> None:
+async def _close(spaces: dict[str, SpaceIndex]) -> None:
     for index in spaces.values():
-        index.stop()
+        await index.aclose()
+
+
+def _stop(spaces: dict[str, SpaceIndex]) -> None:
+    """Forget spaces opened before a load failed (their stores have opened nothing yet)."""
+    spaces.clear()

@@ -281,6 +281,7 @@ class BundleRegistry:
             generation.retired = True
             await self._unload(generation)
         self._current.clear()
+        await self.knowledge.aclose()
 
     def _check_props(self, config: Configuration, generation: BundleGeneration) -> None:
         for tenant, project in [(None, None), *config.descriptors.assembly.scopes()]:
@@ -317,7 +318,7 @@ class BundleRegistry:
         if generation.mcp is not None:
             await generation.mcp.aclose()
         for index in generation.knowledge.values():
-            index.stop()
+            await index.aclose()
         await generation.loop.aclose()
         if generation.source_kind == "path":
             purge_modules(generation.package)

@@ -1,9 +1,11 @@
-"""The host's knowledge service: one :class:`~berth.knowledge.space.SpaceIndex` per bundle space, under one
-folder (``platform.knowledge.root``), with the platform's embedder.
+"""The host's knowledge service: one :class:`~berth.knowledge.space.SpaceIndex` per bundle space, with the
+platform's embedder, its indexes in a :class:`~berth.knowledge.store.SpaceStore` each — SQLite files under
+``platform.knowledge.root`` by default; with distributed storage, the store a plugin registers through
+``berth_knowledge_stores`` (``berth-postgres``: PostgreSQL, shared by every host).
 
 Layout of the folder::
 
-    <root>/spaces/<bundle id>/<space>.sqlite3   the space's index (and <space>.lock)
+    <root>/spaces/<bundle id>/<space>.sqlite3   a space's SQLite index (and <space>.lock)
     <root>/git/                                 bare mirrors and exported trees of GitRepository indexers
 """
 
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from berth.knowledge.indexers import as_indexer
 from berth.knowledge.space import SpaceIndex
+from berth.knowledge.sqlite_store import SqliteSpaceStore
+from berth.knowledge.store import SpaceStore, SpaceStoreFactory
 from berth.runtime.memory import Embedder, HashedNgramEmbedder
 
 if TYPE_CHECKING:
@@ -50,10 +54,15 @@ class KnowledgeService:
         *,
         embedder_name: str = "builtin",
         settings: KnowledgeConfig | None = None,
+        stores: SpaceStoreFactory | None = None,
     ) -> None:
+        """
+        :param stores: opens a space's store (default: a SQLite file under ``root``).
+        """
         from berth.config.models.assembly import KnowledgeConfig
 
         self.root = root
+        self.stores: SpaceStoreFactory = stores or self.sqlite_store
         self.embedder = embedder if embedder is not None else HashedNgramEmbedder()
         self.embedder_name = embedder_name if embedder is not None else "builtin"
         self.settings = settings or KnowledgeConfig()
@@ -64,6 +73,7 @@ class KnowledgeService:
     def for_config(
         cls, config: Configuration, *, var_root: Path | None = None, embedder: Embedder | None = None,
         embedder_name: str = "builtin",
+        stores: SpaceStoreFactory | None = None,
     ) -> KnowledgeService:  # fmt: skip
         """The service the descriptors describe (``platform.knowledge``)."""
         return cls(
@@ -71,6 +81,7 @@ class KnowledgeService:
             embedder,
             embedder_name=embedder_name,
             settings=config.settings_for().knowledge,
+            stores=stores,
         )
 
     @property
@@ -79,8 +90,18 @@ class KnowledgeService:
         return self.root / "git"
 
     def store_path(self, bundle_id: str, space: str) -> Path:
-        """The database of one space."""
+        """The SQLite database of one space."""
         return self.root / "spaces" / bundle_id / f"{space}.sqlite3"
+
+    def sqlite_store(self, bundle_id: str, space: str) -> SpaceStore:
+        """The embedded store of one space: its SQLite file under ``root``."""
+        return SqliteSpaceStore(self.store_path(bundle_id, space))
+
+    async def aclose(self) -> None:
+        """Close what the store factory holds open (a connection pool), if anything."""
+        close = getattr(self.stores, "aclose", None)
+        if close is not None:
+            await close()
 
     def open(self, bundle_id: str, space: KnowledgeSpace) -> SpaceIndex:
         """The index of ``space`` of ``bundle_id`` (what is stored serves at once; refresh it to update)."""
@@ -91,7 +112,7 @@ class KnowledgeService:
         return SpaceIndex(
             space.name,
             indexer,
-            self.store_path(bundle_id, space.name),
+            self.stores(bundle_id, space.name),
             self.embedder,
             embedder_name=self.embedder_name,
             max_file_bytes=self.settings.max_file_bytes,

@@ -2,28 +2,28 @@
 
 :meth:`SpaceIndex.refresh` lists the indexer's files, reads and hashes only files whose stat key
 changed, re-chunks and re-embeds only files whose content changed, and writes the result in one
-transaction. A file lock next to the database makes concurrent refreshes of the same space (several
-host processes) take turns; the second finds nothing left to do. A file that cannot be indexed
-(binary, too large, invalid UTF-8, a chunker that raises) is recorded as ``skipped`` with its reason; a
-listing that fails (a missing folder, repository or ref) is recorded on the space, whose previous
+transaction of its :class:`~berth.knowledge.store.SpaceStore`. The store's lock makes concurrent refreshes
+of the same space (several host processes) take turns; the second finds nothing left to do. A file that
+cannot be indexed (binary, too large, invalid UTF-8, a chunker that raises) is recorded as ``skipped`` with
+its reason; a listing that fails (a missing folder, repository or ref) is recorded on the space, whose previous
 version keeps serving.
 
-:meth:`SpaceIndex.search` ranks chunks lexically (FTS5 BM25) and by embedding (cosine), fused by
-reciprocal rank.
+:meth:`SpaceIndex.search` ranks chunks lexically (BM25) and by embedding (cosine), fused by reciprocal
+rank.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
+import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
@@ -42,6 +42,8 @@ SearchMode: TypeAlias = Literal["hybrid", "lexical", "vector"]
 CANDIDATES = 50
 """How many chunks each ranking contributes to the fusion."""
 EMBED_BATCH = 64
+CHUNK_BATCH = 64
+"""Files read and chunked per worker-thread call (progress is reported between batches)."""
 EMBED_CHARS = 2_000
 """The first characters of a chunk (after its title) that are embedded."""
 
@@ -116,17 +118,17 @@ class KnowledgeHit:
         return f"ks:{self.space}/{self.chunk.path}#{self.chunk.anchor}"
 
 
-ProgressCallback: TypeAlias = Callable[[IndexProgress], None]
+ProgressCallback: TypeAlias = Callable[[IndexProgress], Awaitable[None] | None]
 
 
 class SpaceIndex:
-    """The persistent, searchable index of one space of one bundle."""
+    """The persistent, searchable index of one space of one bundle, over a :class:`SpaceStore`."""
 
     def __init__(
         self,
         name: str,
         indexer: KnowledgeIndexer,
-        store_path: Path,
+        store: SpaceStore,
         embedder: Embedder,
         *,
         embedder_name: str = "builtin",
@@ -138,13 +140,14 @@ class SpaceIndex:
         self.name = name
         self.indexer = indexer
         self.description = description
-        self.store = SpaceStore(store_path)
+        self.store = store
         self.embedder = embedder
         self.embedder_id = f"{embedder_name}:{embedder.dimensions}"
+        self.fuses_vectors = bool(getattr(embedder, "semantic", True))
+        """Whether ``hybrid`` fuses the vector ranking (not for an embedder that only restates words)."""
         self.max_file_bytes = getattr(indexer, "max_file_bytes", None) or max_file_bytes
         self.refresh_interval_s = refresh_interval_s
         self.first_index_wait_s = first_index_wait_s
-        self._lock_path = store_path.with_suffix(".lock")
         self._stop = threading.Event()
         self._refreshing: asyncio.Task[RefreshReport] | None = None
         self._last_check = 0.0
@@ -157,32 +160,20 @@ class SpaceIndex:
         """Bring the index up to date with the indexer's files (see the module docstring).
 
         :param force: re-chunk and re-embed every file, changed or not.
-        :param progress: called from the worker thread as files are chunked and chunks embedded.
+        :param progress: called (and awaited, if it returns an awaitable) as files are chunked and chunks
+            embedded, and once more just before the new version is written.
         """
-
-        def embed(texts: list[str]) -> list[tuple[float, ...]]:
-            # a loop of the worker thread's own: the refresh never waits on the caller's loop being free
-            return asyncio.run(self.embedder.embed(texts))
-
         self._last_check = time.monotonic()
         try:
-            report = await asyncio.to_thread(self._refresh_locked, embed, force, progress)
+            async with self.store.exclusive():  # another process refreshing this space finishes first
+                try:
+                    report = await _Refresh(self, force, progress).run()
+                finally:
+                    await self.store.set_progress(None)
         finally:
-            self._mark_first_done()
+            self._first_event().set()
         self.last_report = report
         return report
-
-    def _refresh_locked(
-        self, embed: Callable[[list[str]], list[tuple[float, ...]]], force: bool, progress: ProgressCallback | None
-    ) -> RefreshReport:
-        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock_path.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # another process indexing this space finishes first
-            try:
-                return _Refresh(self, embed, force, progress).run()
-            finally:
-                self.store.set_progress(None)
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def refresh_in_background(self) -> asyncio.Task[RefreshReport]:
         """Start a refresh unless one is running; the current version serves meanwhile."""
@@ -197,12 +188,11 @@ class SpaceIndex:
             self.refresh_in_background()
 
     async def wait_first_index(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) for this process's first refresh; True when it finished."""
-        if self.store.version() > 0:
+        """Wait (at most ``timeout_s``) for a first version; True when there is one (or a refresh ended)."""
+        if await self.store.version() > 0:
             return True
-        done = self._first_event()
         try:
-            await asyncio.wait_for(done.wait(), timeout=timeout_s)
+            await asyncio.wait_for(self._first_event().wait(), timeout=timeout_s)
         except TimeoutError:
             return False
         return True
@@ -212,68 +202,52 @@ class SpaceIndex:
             self._first_done = asyncio.Event()
         return self._first_done
 
-    def _mark_first_done(self) -> None:
-        self._first_event().set()
-
-    def stop(self) -> None:
-        """Ask a running refresh to stop after the current file (nothing is written), and close the store."""
+    async def aclose(self) -> None:
+        """Cancel a running background refresh (nothing of it is written; a batch already in a worker thread
+        finishes there and stops) and close the store."""
         self._stop.set()
-        if self._refreshing is not None and not self._refreshing.done():
-            self._refreshing.add_done_callback(lambda _task: self.store.close())
-        else:
-            self.store.close()
+        running = self._refreshing
+        if running is not None and not running.done():
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await running
+        await self.store.aclose()
 
     # -- searching -----------------------------------------------------------------------------------
 
     async def search(self, query: str, *, limit: int = 5, mode: SearchMode = "hybrid") -> list[KnowledgeHit]:
-        """The ``limit`` best chunks for ``query``: lexical, vector, or both fused by reciprocal rank."""
-        vector = None
-        if mode != "lexical":
-            vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
-        return await asyncio.to_thread(self.rank, query, vector, limit=limit, mode=mode)
+        """The ``limit`` best chunks for ``query``: lexical, vector, or both fused by reciprocal rank.
 
-    def rank(
-        self, query: str, vector: np.ndarray[Any, Any] | None, *, limit: int, mode: SearchMode = "hybrid"
-    ) -> list[KnowledgeHit]:
-        """Rank synchronously with an already embedded query (``vector``; unused in lexical mode)."""
+        ``hybrid`` with an embedder that is not semantic (the ``builtin`` hashed n-grams) is lexical only.
+        """
         rankings: list[list[str]] = []
         if mode in ("hybrid", "lexical"):
-            rankings.append([str(i) for i, _ in self.store.lexical(query, CANDIDATES)])
-        if mode in ("hybrid", "vector") and vector is not None:
-            rankings.append([str(i) for i in self._nearest(vector, CANDIDATES)])
+            rankings.append([str(i) for i, _ in await self.store.lexical(query, CANDIDATES)])
+        if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
+            vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
+            rankings.append([str(i) for i in await self.store.nearest(vector, CANDIDATES)])
         fused = fuse_rankings(rankings, k=DEFAULT_RRF_K) if len(rankings) > 1 else _single(rankings)
         best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
-        rows = self.store.chunk_rows(int(key) for key, _ in best)
+        rows = await self.store.chunk_rows(int(key) for key, _ in best)
         return [
             KnowledgeHit(self.name, rows[int(key)], round(score, 5), snippet(rows[int(key)].text, query))
             for key, score in best
             if int(key) in rows
         ]
 
-    def _nearest(self, vector: np.ndarray[Any, Any], count: int) -> list[int]:
-        vectors = self.store.vectors()
-        if vectors.matrix.size == 0:
-            return []
-        norm = float(np.linalg.norm(vector)) or 1.0
-        scores = vectors.matrix @ (vector / norm)
-        count = min(count, len(scores))
-        top = np.argpartition(-scores, count - 1)[:count]
-        top = top[np.argsort(-scores[top])]
-        return [int(vectors.ids[i]) for i in top]
-
     # -- reading -------------------------------------------------------------------------------------
 
-    def read(self, path: str, anchor: str | None = None) -> list[ChunkRow]:
+    async def read(self, path: str, anchor: str | None = None) -> list[ChunkRow]:
         """The chunks of ``path`` (all of them, or the parts of the one ``anchor`` names)."""
-        rows = self.store.chunks_of(path)
+        rows = await self.store.chunks_of(path)
         if anchor is None:
             return rows
         return [row for row in rows if row.anchor == anchor or base_anchor(row.anchor) == base_anchor(anchor)]
 
-    def status(self) -> SpaceStatus:
+    async def status(self) -> SpaceStatus:
         """The space's committed version, counts, skipped files and any running refresh's progress."""
-        meta = self.store.meta()
-        counts = self.store.counts()
+        meta = await self.store.meta()
+        counts = await self.store.counts()
         chunks = counts.pop("chunks", 0)
         progress = meta.get("progress")
         return SpaceStatus(
@@ -281,11 +255,11 @@ class SpaceIndex:
             version=int(meta.get("version", "0")),
             files=counts,
             chunks=chunks,
-            indexed_at=float(meta["indexed_at"]) if "indexed_at" in meta else None,
+            indexed_at=float(meta["indexed_at"]) if meta.get("indexed_at") else None,
             embedder=meta.get("embedder"),
             error=meta.get("error") or None,
             progress=json.loads(progress) if progress else None,
-            skipped=self.store.skipped(),
+            skipped=await self.store.skipped(),
         )
 
 
@@ -318,42 +292,35 @@ def _log_refresh_failure(task: asyncio.Task[RefreshReport]) -> None:
 
 
 class _Refresh:
-    """One refresh pass (runs in a worker thread, under the space's file lock)."""
+    """One refresh pass, under the space's lock: CPU work in worker threads, store calls awaited."""
 
-    def __init__(
-        self,
-        index: SpaceIndex,
-        embed: Callable[[list[str]], list[tuple[float, ...]]],
-        force: bool,
-        progress: ProgressCallback | None,
-    ) -> None:
+    def __init__(self, index: SpaceIndex, force: bool, progress: ProgressCallback | None) -> None:
         self.index = index
         self.store = index.store
-        self.embed = embed
         self.force = force
         self.progress_callback = progress
         self.started = time.monotonic()
         self._last_progress = 0.0
-        self._logged_decile = -1
+        self._logged_step: tuple[str, int] | None = None
 
-    def run(self) -> RefreshReport:
+    async def run(self) -> RefreshReport:
         space = self.index.name
-        self._report(IndexProgress(space, "listing"))
+        await self._report(IndexProgress(space, "listing"))
         try:
-            listed = list(self.index.indexer.files())
+            listed = await asyncio.to_thread(lambda: list(self.index.indexer.files()))
         except (ListingError, FileNotFoundError) as error:
-            return self._listing_failed(getattr(error, "reason", str(error)))
-        stored = self.store.files()
-        meta = self.store.meta()
+            return await self._listing_failed(getattr(error, "reason", str(error)))
+        stored = await self.store.files()
+        meta = await self.store.meta()
         reembed = self.force or meta.get("embedder") not in (None, self.index.embedder_id)
         candidates = [f for f in listed if reembed or _stat_changed(f, stored.get(f.path))]
         removed = sorted(set(stored) - {f.path for f in listed})
-        updates, touched = self._chunk_all(candidates, stored, reembed)
+        updates, touched = await self._chunk_all(candidates, stored, reembed)
         if not updates and not touched and not removed and not meta.get("error") and "version" in meta:
             return RefreshReport(space, int(meta["version"]), len(listed), seconds=self._elapsed())
-        updates = self._embed_all(updates)
-        self._report(IndexProgress(space, "writing", len(candidates), len(candidates)))
-        version = self.store.apply(
+        updates = await self._embed_all(updates)
+        await self._report(IndexProgress(space, "writing", len(candidates), len(candidates)))
+        version = await self.store.apply(
             updates, removed=removed, touched=touched, meta={"embedder": self.index.embedder_id, "error": ""}
         )
         report = RefreshReport(
@@ -377,29 +344,38 @@ class _Refresh:
     def _elapsed(self) -> float:
         return round(time.monotonic() - self.started, 3)
 
-    def _listing_failed(self, reason: str) -> RefreshReport:
-        log.warning("knowledge %s: cannot list its files: %s", self.index.name, reason)
-        meta = self.store.meta()
-        if meta.get("error") != reason:
-            self.store.apply([], removed=[], touched=[], meta={"error": reason})
-        return RefreshReport(self.index.name, self.store.version(), 0, seconds=self._elapsed(), error=reason)
+    def _check_stop(self) -> None:
+        if self.index._stop.is_set():
+            raise asyncio.CancelledError("the space is being closed")
 
-    def _chunk_all(
+    async def _listing_failed(self, reason: str) -> RefreshReport:
+        log.warning("knowledge %s: cannot list its files: %s", self.index.name, reason)
+        if (await self.store.meta()).get("error") != reason:
+            await self.store.apply([], removed=[], touched=[], meta={"error": reason})
+        return RefreshReport(self.index.name, await self.store.version(), 0, seconds=self._elapsed(), error=reason)
+
+    async def _chunk_all(
         self, candidates: list[SourceFile], stored: dict[str, FileRecord], reembed: bool
     ) -> tuple[list[FileUpdate], list[FileRecord]]:
         updates: list[FileUpdate] = []
         touched: list[FileRecord] = []
         total = len(candidates)
-        for done, file in enumerate(candidates, start=1):
-            if self.index._stop.is_set():
-                raise asyncio.CancelledError("the space is being unloaded")
-            update = self._chunk_one(file, stored.get(file.path), reembed)
-            if isinstance(update, FileRecord):
-                touched.append(update)
-            else:
-                updates.append(update)
-            self._report(IndexProgress(self.index.name, "chunking", done, total))
+        for start in range(0, total, CHUNK_BATCH):
+            self._check_stop()
+            batch = candidates[start : start + CHUNK_BATCH]
+            done = await asyncio.to_thread(self._chunk_batch, batch, stored, reembed)
+            for result in done:
+                if isinstance(result, FileRecord):
+                    touched.append(result)
+                else:
+                    updates.append(result)
+            await self._report(IndexProgress(self.index.name, "chunking", start + len(batch), total))
         return updates, touched
+
+    def _chunk_batch(
+        self, batch: list[SourceFile], stored: dict[str, FileRecord], reembed: bool
+    ) -> list[FileUpdate | FileRecord]:
+        return [self._chunk_one(file, stored.get(file.path), reembed) for file in batch]
 
     def _chunk_one(self, file: SourceFile, previous: FileRecord | None, reembed: bool) -> FileUpdate | FileRecord:
         if file.size > self.index.max_file_bytes:
@@ -423,40 +399,43 @@ class _Refresh:
         status = "degraded" if note else "indexed"
         return FileUpdate(FileRecord(file.path, file.stat, sha, status, note, len(clean)), clean)
 
-    def _embed_all(self, updates: list[FileUpdate]) -> list[FileUpdate]:
+    async def _embed_all(self, updates: list[FileUpdate]) -> list[FileUpdate]:
         pending = [(i, chunk) for i, update in enumerate(updates) for chunk in update.chunks]
         vectors: dict[int, list[bytes | None]] = {i: [] for i in range(len(updates))}
         total = len(pending)
+        embedder = self.index.embedder
         for start in range(0, total, EMBED_BATCH):
-            if self.index._stop.is_set():
-                raise asyncio.CancelledError("the space is being unloaded")
+            self._check_stop()
             batch = pending[start : start + EMBED_BATCH]
-            embedded = self.embed([f"{chunk.title}\n{chunk.text[:EMBED_CHARS]}" for _, chunk in batch])
+            texts = [f"{chunk.title}\n{chunk.text[:EMBED_CHARS]}" for _, chunk in batch]
+            # in a worker thread with a loop of its own: a CPU-bound embedder never stalls the caller's loop
+            embedded = await asyncio.to_thread(asyncio.run, embedder.embed(texts))
             for (i, _), vector in zip(batch, embedded, strict=True):
                 vectors[i].append(_normalized(vector))
             done = start + len(batch)
-            self._report(IndexProgress(self.index.name, "embedding", len(updates), len(updates), done, total))
+            await self._report(IndexProgress(self.index.name, "embedding", len(updates), len(updates), done, total))
         return [replace(update, vectors=vectors[i]) for i, update in enumerate(updates)]
 
-    def _report(self, progress: IndexProgress) -> None:
+    async def _report(self, progress: IndexProgress) -> None:
         if self.progress_callback is not None:
-            self.progress_callback(progress)
+            result = self.progress_callback(progress)
+            if inspect.isawaitable(result):
+                await result
         now = time.monotonic()
-        final = progress.files_done == progress.files_total and progress.chunks_done == progress.chunks_total
-        if now - self._last_progress >= 1.0 or (final and progress.phase in ("writing",)):
+        if now - self._last_progress >= 1.0:
             self._last_progress = now
-            self.store.set_progress(
+            await self.store.set_progress(
                 {"phase": progress.phase, "files_done": progress.files_done, "files_total": progress.files_total,
                  "chunks_done": progress.chunks_done, "chunks_total": progress.chunks_total, "at": time.time()}
             )  # fmt: skip
-        total = progress.chunks_total if progress.phase == "embedding" else progress.files_total
-        done = progress.chunks_done if progress.phase == "embedding" else progress.files_done
-        if total >= 100:
-            decile = (done * 10) // total
-            key = decile + (10 if progress.phase == "embedding" else 0)
-            if key != self._logged_decile:
-                self._logged_decile = key
-                log.info("knowledge %s", progress.line())
+        embedding = progress.phase == "embedding"
+        done, total = (
+            (progress.chunks_done, progress.chunks_total) if embedding else (progress.files_done, progress.files_total)
+        )
+        step = (progress.phase, (done * 10) // total if total else 0)
+        if total >= 100 and step != self._logged_step:
+            self._logged_step = step
+            log.info("knowledge %s", progress.line())
 
 
 def _stat_changed(file: SourceFile, record: FileRecord | None) -> bool:

@@ -113,6 +113,10 @@ class HashedNgramEmbedder:
     semantic model.
     """
 
+    semantic = False
+    """Its vectors restate the words a lexical index already ranks: knowledge search does not fuse them
+    (measured in ``bench/knowledge.py``: fusing them lowered MRR), an embedder without this flag is fused."""
+
     def __init__(self, dimensions: int = 256, ngram_sizes: tuple[int, ...] = (3, 4)) -> None:
         if dimensions < 8:
             raise ValueError("an embedding needs at least 8 dimensions")

@@ -47,11 +47,11 @@ def open_space(root: Path, indexer: object, name: str = "docs") -> SpaceIndex:
     return KnowledgeService(root / "knowledge").open("bundle", KnowledgeSpace(name=name, indexer=indexer))
 
 
-def chunk_ids(index: SpaceIndex) -> dict[str, list[int]]:
+async def chunk_ids(index: SpaceIndex) -> dict[str, list[int]]:
     """The stored chunk ids of each file."""
     ids: dict[str, list[int]] = {}
-    for path in index.store.files():
-        ids[path] = [row.id for row in index.store.chunks_of(path)]
+    for path in await index.store.files():
+        ids[path] = [row.id for row in await index.store.chunks_of(path)]
     return ids
 
 
@@ -68,8 +68,8 @@ async def test_a_folder_is_indexed_in_sections_and_searched_by_words_and_meaning
     assert carry[0].logical_path == "ks:docs/vacation.md#carry-over"
     assert carry[0].chunk.title == "Vacation policy > Carry-over"
     # a reference to the section reads just that section; the file reads whole
-    assert [row.anchor for row in index.read("vacation.md", "carry-over")] == ["carry-over"]
-    assert [row.anchor for row in index.read("vacation.md")] == ["vacation-policy", "carry-over"]
+    assert [row.anchor for row in await index.read("vacation.md", "carry-over")] == ["carry-over"]
+    assert [row.anchor for row in await index.read("vacation.md")] == ["vacation-policy", "carry-over"]
 
 
 async def test_only_a_changed_file_is_chunked_again(tmp_path: Path) -> None:
@@ -77,11 +77,11 @@ async def test_only_a_changed_file_is_chunked_again(tmp_path: Path) -> None:
     write(folder, HANDBOOK)
     index = open_space(tmp_path, MarkdownFolder(folder))
     await index.refresh()
-    before = chunk_ids(index)
+    before = await chunk_ids(index)
     write(folder, {"expenses.md": "# Expenses\n\nSubmit receipts within 60 days.\n"})
     report = await index.refresh()
     assert (report.version, report.changed, report.removed, report.touched) == (2, 1, 0, 0)
-    after = chunk_ids(index)
+    after = await chunk_ids(index)
     assert after["vacation.md"] == before["vacation.md"] and after["onboarding.md"] == before["onboarding.md"]
     assert after["expenses.md"] != before["expenses.md"]
     assert "60 days" in (await index.search("receipts", limit=1))[0].chunk.text
@@ -94,12 +94,12 @@ async def test_a_file_touched_without_a_change_is_not_chunked_again_and_a_delete
     write(folder, HANDBOOK)
     index = open_space(tmp_path, MarkdownFolder(folder))
     await index.refresh()
-    before = chunk_ids(index)
+    before = await chunk_ids(index)
     os.utime(folder / "vacation.md", ns=(1, 1))  # a new stat key, the same content
     (folder / "onboarding.md").unlink()
     report = await index.refresh()
     assert (report.changed, report.touched, report.removed) == (0, 1, 1)
-    assert chunk_ids(index) == {"vacation.md": before["vacation.md"], "expenses.md": before["expenses.md"]}
+    assert await chunk_ids(index) == {"vacation.md": before["vacation.md"], "expenses.md": before["expenses.md"]}
     assert await index.search("laptop accounts", limit=3, mode="lexical") == []
 
 
@@ -120,7 +120,7 @@ async def test_bad_files_are_skipped_with_their_reasons_and_the_rest_is_indexed(
     index = service.open("bundle", KnowledgeSpace(name="code", indexer=SourceTree(folder)))
     report = await index.refresh()
     assert report.error is None and report.skipped == 4
-    reasons = {path: reason for path, _, reason in index.status().skipped}
+    reasons = {path: reason for path, _, reason in (await index.status()).skipped}
     assert reasons["image.png"] == "binary file (NUL bytes)"
     assert reasons["latin1.txt"].startswith("not valid UTF-8 at byte 3")
     assert reasons["huge.md"] == "too large (5007 bytes > 4000)"
@@ -150,10 +150,10 @@ async def test_a_chunker_that_fails_on_one_file_never_fails_the_space(tmp_path: 
     index = open_space(tmp_path, FlakyIndexer({"a.txt": "alpha text", "bad.txt": "boom", "c.txt": "gamma text"}))
     report = await index.refresh()
     assert (report.changed, report.skipped) == (3, 1)
-    assert index.status().skipped == [
+    assert (await index.status()).skipped == [
         ("bad.txt", "skipped", "chunker failed: RecursionError: maximum recursion depth exceeded")
     ]
-    assert index.status().files == {"indexed": 2, "skipped": 1}
+    assert (await index.status()).files == {"indexed": 2, "skipped": 1}
 
 
 async def test_a_missing_folder_is_recorded_and_the_last_version_keeps_serving(tmp_path: Path) -> None:
@@ -166,10 +166,10 @@ async def test_a_missing_folder_is_recorded_and_the_last_version_keeps_serving(t
     folder.rmdir()
     report = await index.refresh()
     assert report.error == f"folder {folder} does not exist"
-    assert index.status().error == report.error and index.status().version == 2
+    assert (await index.status()).error == report.error and (await index.status()).version == 2
     assert (await index.search("vacation", limit=1))[0].chunk.path == "vacation.md"
     write(folder, HANDBOOK)
-    assert (await index.refresh()).error is None and index.status().error is None
+    assert (await index.refresh()).error is None and (await index.status()).error is None
 
 
 async def test_the_old_version_serves_until_the_new_one_commits(tmp_path: Path) -> None:
@@ -180,14 +180,14 @@ async def test_the_old_version_serves_until_the_new_one_commits(tmp_path: Path) 
     write(folder, {"vacation.md": "# Vacation policy\n\nEvery employee has 30 days of paid leave.\n"})
     seen_during: list[str] = []
 
-    def look(progress: IndexProgress) -> None:
+    async def look(progress: IndexProgress) -> None:
         if progress.phase == "writing":  # chunked and embedded, not yet committed: a reader sees the old text
-            (hit,) = index.rank("vacation", None, limit=1, mode="lexical")
+            (hit,) = await index.search("vacation", limit=1, mode="lexical")
             seen_during.append(hit.chunk.text)
 
     await index.refresh(progress=look)
     assert seen_during and "25 days" in seen_during[0]
-    (hit,) = index.rank("vacation", None, limit=1, mode="lexical")
+    (hit,) = await index.search("vacation", limit=1, mode="lexical")
     assert "30 days" in hit.chunk.text
 
 
@@ -199,8 +199,8 @@ async def test_another_embedder_re_embeds_every_chunk(tmp_path: Path) -> None:
     index = other.open("bundle", KnowledgeSpace(name="docs", indexer=indexer))
     report = await index.refresh()
     assert (report.changed, report.chunks_written) == (3, 4)
-    assert index.status().embedder == "small:64"
-    assert index.store.vectors().matrix.shape == (4, 64)
+    assert (await index.status()).embedder == "small:64"
+    assert len(await index.search("vacation days", limit=10, mode="vector")) == 4  # every chunk has a 64-d vector
 
 
 class Handbook:
@@ -219,7 +219,7 @@ class Handbook:
 async def test_an_older_style_indexer_is_chunked_as_markdown(tmp_path: Path) -> None:
     index = open_space(tmp_path, Handbook([KnowledgeDocument("faq.md", "FAQ", "# FAQ\n\n## Parking\n\nLevel -2.\n")]))
     await index.refresh()
-    assert [row.anchor for row in index.read("faq.md")] == ["faq", "parking"]
+    assert [row.anchor for row in await index.read("faq.md")] == ["faq", "parking"]
 
 
 def test_a_space_refuses_an_object_that_is_no_indexer() -> None:
@@ -290,5 +290,5 @@ async def test_a_document_folder_indexes_markdown_html_and_text_together(tmp_pat
     )
     index = open_space(tmp_path, DocumentFolder(tmp_path / "site"))
     await index.refresh()
-    assert sorted(index.store.files()) == ["guide.md", "notes.txt", "page.html"]
+    assert sorted(await index.store.files()) == ["guide.md", "notes.txt", "page.html"]
     assert (await index.search("restart after upgrading", limit=1))[0].logical_path == "ks:docs/page.html#faq"

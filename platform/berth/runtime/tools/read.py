@@ -159,7 +159,7 @@ async def _read_knowledge(
         raise ToolNotice("read_paths_missing", f"{path}: no knowledge space '{parsed.space}'")
     file, _, anchor = parsed.rel.partition("#")
     await index.wait_first_index(index.first_index_wait_s)
-    rows = await asyncio.to_thread(index.read, file, anchor or None)
+    rows = await index.read(file, anchor or None)
     if not rows:
         what = f"no chunk '#{anchor}' in {file}" if anchor else "no such file in the space"
         raise ToolNotice("read_paths_missing", f"{path}: {what}")

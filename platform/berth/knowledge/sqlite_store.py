@@ -1,0 +1,294 @@
+"""The embedded :class:`~berth.knowledge.store.SpaceStore`: one SQLite database (WAL) per space.
+
+Tables: ``files`` (each file's change key, content hash, status and reason), ``chunks`` (text, line range and
+embedding as float32 bytes), ``chunks_fts`` (FTS5, Porter stemmer and unicode61, over title, path and text)
+and ``meta``. Its refresh lock is an ``flock`` on ``<space>.lock`` beside the database. Every call runs in a
+worker thread; the reading connection is opened on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.knowledge.store import (
+    ChunkRow,
+    FileRecord,
+    FileUpdate,
+    VectorMatrix,
+    identifier_words,
+    path_words,
+    query_words,
+)
+
+__all__ = ["SCHEMA_VERSION", "TOKENIZER", "SqliteSpaceStore", "fts_query"]
+
+SCHEMA_VERSION: Final = 1
+TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
+"""FTS5's tokenizer: Porter stemming over Unicode words, diacritics removed (``café`` finds ``cafe``)."""
+_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY,
+    stat TEXT NOT NULL,
+    sha TEXT NOT NULL,
+    status TEXT NOT NULL,           -- indexed | degraded | skipped
+    reason TEXT,
+    chunks INTEGER NOT NULL DEFAULT 0,
+    indexed_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    anchor TEXT NOT NULL,
+    title TEXT NOT NULL,
+    text TEXT NOT NULL,
+    first_line INTEGER NOT NULL,
+    last_line INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    vector BLOB,
+    UNIQUE (path, anchor)
+);
+CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path, first_line);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, path, body, tokenize = '{TOKENIZER}');
+"""
+_COLUMNS: Final = "id, path, anchor, title, text, first_line, last_line, kind"
+
+
+def fts_query(query: str) -> str | None:
+    """An FTS5 expression for a free-text query: its words (:func:`~berth.knowledge.store.query_words`),
+    each quoted, joined by OR; None when the query has no word at all."""
+    words = query_words(query)
+    if not words:
+        return None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+class SqliteSpaceStore:
+    """The SQLite index of one space at ``path`` (created on first use)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._vectors: VectorMatrix | None = None
+
+    @property
+    def _reader(self) -> sqlite3.Connection:
+        """The reading connection, opened (and the schema made) on first use."""
+        if self._connection is None:
+            self._connection = self._connect()
+        return self._connection
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False, isolation_level=None)
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA synchronous = NORMAL")
+        connection.executescript(_SCHEMA)
+        return connection
+
+    def _read(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            return self._reader.execute(sql, parameters).fetchall()
+
+    async def aclose(self) -> None:
+        """Close the reading connection."""
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Close the reading connection (synchronously)."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, str]:
+        return dict(self._read("SELECT key, value FROM meta"))
+
+    async def meta(self) -> dict[str, str]:
+        """Every ``meta`` value."""
+        return await asyncio.to_thread(self._meta)
+
+    async def version(self) -> int:
+        """The committed index version (0: never indexed)."""
+        return int((await self.meta()).get("version", "0"))
+
+    async def files(self) -> dict[str, FileRecord]:
+        """Every file record, by path."""
+        rows = await asyncio.to_thread(self._read, "SELECT path, stat, sha, status, reason, chunks FROM files")
+        return {row[0]: FileRecord(*row) for row in rows}
+
+    def _counts(self) -> dict[str, int]:
+        by_status = dict(self._read("SELECT status, count(*) FROM files GROUP BY status"))
+        ((chunks,),) = self._read("SELECT count(*) FROM chunks")
+        return {**by_status, "chunks": chunks}
+
+    async def counts(self) -> dict[str, int]:
+        """Files by status and the number of chunks."""
+        return await asyncio.to_thread(self._counts)
+
+    async def skipped(self, limit: int = 50) -> list[tuple[str, str, str]]:
+        """Files skipped or degraded, with their reasons: (path, status, reason)."""
+        rows = await asyncio.to_thread(
+            self._read,
+            "SELECT path, status, reason FROM files WHERE status != 'indexed' ORDER BY path LIMIT ?",
+            (limit,),
+        )
+        return [(p, s, r or "") for p, s, r in rows]
+
+    async def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        """The chunks with these ids."""
+        wanted = list(ids)
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        query = f"SELECT {_COLUMNS} FROM chunks WHERE id IN ({marks})"  # noqa: S608 - '?' marks only
+        rows = await asyncio.to_thread(self._read, query, wanted)
+        return {row[0]: ChunkRow(*row) for row in rows}
+
+    async def chunks_of(self, path: str) -> list[ChunkRow]:
+        """The chunks of one file, in file order."""
+        query = f"SELECT {_COLUMNS} FROM chunks WHERE path = ? ORDER BY first_line, id"  # noqa: S608
+        return [ChunkRow(*row) for row in await asyncio.to_thread(self._read, query, (path,))]
+
+    async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
+        """Chunk ids ranked by BM25 over title (weighted 3), path (2) and text: (id, score), best first."""
+        expression = fts_query(query)
+        if expression is None:
+            return []
+        rows = await asyncio.to_thread(
+            self._read,
+            "SELECT rowid, -bm25(chunks_fts, 3.0, 2.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "ORDER BY bm25(chunks_fts, 3.0, 2.0, 1.0) LIMIT ?",
+            (expression, limit),
+        )
+        return [(int(rowid), float(score)) for rowid, score in rows]
+
+    def _vector_matrix(self) -> VectorMatrix:
+        version = int(self._meta().get("version", "0"))
+        cached = self._vectors
+        if cached is None or cached.version != version:
+            cached = VectorMatrix.build(version, self._read("SELECT id, vector FROM chunks WHERE vector IS NOT NULL"))
+            self._vectors = cached
+        return cached
+
+    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[int]:
+        """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept)."""
+        return await asyncio.to_thread(lambda: self._vector_matrix().nearest(vector, limit))
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    def _set_progress(self, progress: dict[str, Any] | None) -> None:
+        with self._lock:
+            if progress is None:
+                self._reader.execute("DELETE FROM meta WHERE key = 'progress'")
+            else:
+                self._reader.execute(
+                    "INSERT INTO meta (key, value) VALUES ('progress', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (json.dumps(progress),),
+                )
+
+    async def set_progress(self, progress: dict[str, Any] | None) -> None:
+        """Record (or clear) the progress of a running refresh."""
+        await asyncio.to_thread(self._set_progress, progress)
+
+    async def apply(
+        self,
+        updates: Sequence[FileUpdate],
+        *,
+        removed: Iterable[str],
+        touched: Sequence[FileRecord],
+        meta: dict[str, str],
+    ) -> int:
+        """Write one refresh in one transaction (see :meth:`~berth.knowledge.store.SpaceStore.apply`)."""
+        return await asyncio.to_thread(self._apply, updates, list(removed), touched, meta)
+
+    def _apply(
+        self, updates: Sequence[FileUpdate], removed: list[str], touched: Sequence[FileRecord], meta: dict[str, str]
+    ) -> int:
+        writer = self._connect()
+        try:
+            writer.execute("BEGIN IMMEDIATE")
+            now = time.time()
+            for path in [*removed, *(u.record.path for u in updates)]:
+                _delete_file(writer, path)
+            for update in updates:
+                _insert_file(writer, update, now)
+            writer.executemany(
+                "UPDATE files SET stat = ? WHERE path = ?", [(record.stat, record.path) for record in touched]
+            )
+            ((version,),) = writer.execute(
+                "SELECT coalesce(max(CAST(value AS INTEGER)), 0) FROM meta WHERE key = 'version'"
+            ).fetchall()
+            new_version = int(version) + 1
+            values = {**meta, "version": str(new_version), "indexed_at": str(now), "schema": str(SCHEMA_VERSION)}
+            writer.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                list(values.items()),
+            )
+            writer.execute("COMMIT")
+            return new_version
+        except BaseException:
+            if writer.in_transaction:
+                writer.execute("ROLLBACK")
+            raise
+        finally:
+            writer.close()
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold ``flock`` on ``<space>.lock``: refreshes of this space in other processes wait."""
+        lock_path = self.path.with_suffix(".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("a")
+        try:
+            await asyncio.to_thread(fcntl.flock, handle, fcntl.LOCK_EX)
+            yield
+        finally:
+            handle.close()  # closing the file releases the lock
+
+
+def _delete_file(writer: sqlite3.Connection, path: str) -> None:
+    ids = [row[0] for row in writer.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+    writer.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids])
+    writer.execute("DELETE FROM chunks WHERE path = ?", (path,))
+    writer.execute("DELETE FROM files WHERE path = ?", (path,))
+
+
+def _insert_file(writer: sqlite3.Connection, update: FileUpdate, now: float) -> None:
+    record = update.record
+    writer.execute(
+        "INSERT INTO files (path, stat, sha, status, reason, chunks, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (record.path, record.stat, record.sha, record.status, record.reason, len(update.chunks), now),
+    )
+    vectors = list(update.vectors) or [None] * len(update.chunks)
+    for chunk, vector in zip(update.chunks, vectors, strict=True):
+        cursor = writer.execute(
+            "INSERT INTO chunks (path, anchor, title, text, first_line, last_line, kind, vector) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (chunk.path, chunk.anchor, chunk.title, chunk.text, chunk.first_line, chunk.last_line, chunk.kind, vector),
+        )
+        writer.execute(
+            "INSERT INTO chunks_fts (rowid, title, path, body) VALUES (?, ?, ?, ?)",
+            (
+                cursor.lastrowid,
+                chunk.title + " " + identifier_words(chunk.title),
+                path_words(chunk.path),
+                chunk.text + "\n" + identifier_words(chunk.title + " " + chunk.text),
+            ),
+        )
