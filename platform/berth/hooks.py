@@ -66,6 +66,20 @@ def berth_storage_backends() -> Mapping[str, Callable[..., Any]]:
 
 
 @hookspec
+def berth_knowledge_stores() -> Mapping[str, Callable[..., Any]]:
+    """Contribute where knowledge spaces keep their indexes for a storage kind: ``{kind: factory}``.
+
+    ``factory(connections)`` gets the kind's resolved connections (``distributed``:
+    :class:`~berth.distributed.connections.DistributedConnections`) and returns a
+    :class:`~berth.knowledge.store.SpaceStoreFactory` (``(bundle_id, space) -> SpaceStore``). Without one for
+    the configured kind, indexes are SQLite files under ``platform.knowledge.root``.
+
+    Called once at host start-up. Not firstresult.
+    """
+    raise NotImplementedError
+
+
+@hookspec
 def berth_artifact_stores() -> Mapping[str, Callable[..., Any]]:
     """Contribute artifact stores for distributed storage: ``{kind: factory}``, the ``kind`` of
     ``platform.storage.artifacts`` (``local``, ``s3``).

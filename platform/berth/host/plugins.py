@@ -144,6 +144,10 @@ class PlatformPlugins:
         """Every storage backend factory, by kind."""
         return self._collect("berth_storage_backends")
 
+    def knowledge_stores(self) -> dict[str, Callable[..., Any]]:
+        """Every knowledge-store factory, by storage kind."""
+        return self._collect("berth_knowledge_stores")
+
     def artifact_stores(self) -> dict[str, Callable[..., Any]]:
         """Every artifact store factory, by ``platform.storage.artifacts`` kind."""
         return self._collect("berth_artifact_stores")

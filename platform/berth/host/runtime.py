@@ -17,11 +17,13 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from berth.config import ConfigError, Configuration, find_descriptors_dir
+from berth.distributed.connections import DistributedConnections
 from berth.host.broadcast import LocalReloadBus, RedisReloadBus, RedisWorkerReporter, ReloadBus
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry, ReloadOutcome
 from berth.host.watcher import BundleWatcher, DescriptorWatcher
 from berth.knowledge.service import KnowledgeService
+from berth.knowledge.store import SpaceStoreFactory
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +123,25 @@ class HostRuntime:
                 f"platform.embedder.provider {settings.provider!r} is not installed (known: {known})",
             )
         service = KnowledgeService.for_config(
-            config, var_root=self._var_root, embedder=factory(settings), embedder_name=settings.provider
+            config,
+            var_root=self._var_root,
+            embedder=factory(settings),
+            embedder_name=settings.provider,
+            stores=self._knowledge_stores(config),
         )
         service.auto_refresh = self._refresh_knowledge
         return service
+
+    def _knowledge_stores(self, config: Configuration) -> SpaceStoreFactory | None:
+        """The space stores a plugin registers for distributed storage (None: SQLite files, as embedded)."""
+        if config.settings_for().storage.kind != "distributed":
+            return None
+        factory = self._plugins.knowledge_stores().get("distributed")
+        if factory is None:
+            log.warning("no plugin stores knowledge for distributed storage: each host keeps SQLite indexes")
+            return None
+        stores: SpaceStoreFactory = factory(DistributedConnections.resolve(config))
+        return stores
 
     async def request_reload(self, bundle_id: str) -> None:
         """Reload ``bundle_id`` in every process of the deployment (the admin API and CLI use this)."""

@@ -27,6 +27,7 @@ __all__ = [
     "ChunkRow",
     "FileRecord",
     "FileUpdate",
+    "KnowledgeStoresFactory",
     "SpaceStore",
     "SpaceStoreFactory",
     "VectorMatrix",
@@ -215,4 +216,13 @@ class SpaceStoreFactory(Protocol):
 
     def __call__(self, bundle_id: str, space: str, /) -> SpaceStore:
         """The (lazily connecting) store of ``space`` of ``bundle_id``."""
+        ...
+
+
+class KnowledgeStoresFactory(Protocol):
+    """What ``berth_knowledge_stores()`` maps a storage kind to: builds the space stores of a deployment from its
+    resolved connections (for ``distributed``: :class:`~berth.distributed.connections.DistributedConnections`)."""
+
+    def __call__(self, connections: Any, /) -> SpaceStoreFactory:
+        """The space-store factory (it may hold a pool: an ``aclose()`` it has is called at shutdown)."""
         ...

@@ -1,15 +1,17 @@
 """A knowledge space's persistent index (berth.knowledge.space): incremental refresh from per-file fingerprints,
 bad input skipped with its reason, the old version serving while a new one is written, hybrid search and reading
-a chunk back, and two processes refreshing one space together (the lock)."""
+a chunk back, and two processes refreshing one space together (the lock). Every test runs on both stores: SQLite
+files (embedded) and PostgreSQL (distributed, ``berth-postgres``, a scratch database)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from berth.knowledge.indexers import DocumentFolder
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.sources import SourceFile
 from berth.knowledge.space import IndexProgress, SpaceIndex
+from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import HashedNgramEmbedder
 
 
@@ -42,9 +45,39 @@ HANDBOOK = {
 }
 
 
-def open_space(root: Path, indexer: object, name: str = "docs") -> SpaceIndex:
-    """The index of one space under ``root``."""
-    return KnowledgeService(root / "knowledge").open("bundle", KnowledgeSpace(name=name, indexer=indexer))
+STORE_KINDS = (
+    pytest.param("embedded", id="sqlite"),
+    pytest.param("distributed", id="postgres", marks=pytest.mark.postgres),
+)
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def stores(request: pytest.FixtureRequest) -> AsyncIterator[SpaceStoreFactory | None]:
+    """The space stores of the test: None (SQLite files under the service's root) or PostgreSQL stores on a
+    scratch database of their own."""
+    if request.param == "embedded":
+        yield None
+        return
+    from berth_postgres.knowledge import PostgresKnowledgeStores
+    from berth_postgres.testing import async_scratch_database
+
+    async with async_scratch_database() as dsn:
+        postgres = PostgresKnowledgeStores(dsn)
+        yield postgres
+        await postgres.aclose()
+
+
+@pytest.fixture
+def open_space(tmp_path: Path, stores: SpaceStoreFactory | None) -> Callable[..., SpaceIndex]:
+    """``open_space(indexer, name="docs", embedder=None)``: the index of one space of bundle ``bundle``."""
+
+    def make(indexer: object, name: str = "docs", embedder: HashedNgramEmbedder | None = None) -> SpaceIndex:
+        service = KnowledgeService(
+            tmp_path / "knowledge", embedder, embedder_name="small" if embedder else "builtin", stores=stores
+        )
+        return service.open("bundle", KnowledgeSpace(name=name, indexer=indexer))
+
+    return make
 
 
 async def chunk_ids(index: SpaceIndex) -> dict[str, list[int]]:
@@ -55,9 +88,11 @@ async def chunk_ids(index: SpaceIndex) -> dict[str, list[int]]:
     return ids
 
 
-async def test_a_folder_is_indexed_in_sections_and_searched_by_words_and_meaning(tmp_path: Path) -> None:
+async def test_a_folder_is_indexed_in_sections_and_searched_by_words_and_meaning(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
     write(tmp_path / "handbook", HANDBOOK)
-    index = open_space(tmp_path, MarkdownFolder(tmp_path / "handbook"))
+    index = open_space(MarkdownFolder(tmp_path / "handbook"))
     report = await index.refresh()
     assert (report.version, report.files, report.changed, report.chunks_written) == (1, 3, 3, 4)
     hits = await index.search("how many vacation days do I get", limit=3)
@@ -72,10 +107,10 @@ async def test_a_folder_is_indexed_in_sections_and_searched_by_words_and_meaning
     assert [row.anchor for row in await index.read("vacation.md")] == ["vacation-policy", "carry-over"]
 
 
-async def test_only_a_changed_file_is_chunked_again(tmp_path: Path) -> None:
+async def test_only_a_changed_file_is_chunked_again(tmp_path: Path, open_space: Callable[..., SpaceIndex]) -> None:
     folder = tmp_path / "handbook"
     write(folder, HANDBOOK)
-    index = open_space(tmp_path, MarkdownFolder(folder))
+    index = open_space(MarkdownFolder(folder))
     await index.refresh()
     before = await chunk_ids(index)
     write(folder, {"expenses.md": "# Expenses\n\nSubmit receipts within 60 days.\n"})
@@ -89,10 +124,12 @@ async def test_only_a_changed_file_is_chunked_again(tmp_path: Path) -> None:
     assert (unchanged.version, unchanged.changed, unchanged.wrote) == (2, 0, False)
 
 
-async def test_a_file_touched_without_a_change_is_not_chunked_again_and_a_deleted_one_goes(tmp_path: Path) -> None:
+async def test_a_file_touched_without_a_change_is_not_chunked_again_and_a_deleted_one_goes(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
     folder = tmp_path / "handbook"
     write(folder, HANDBOOK)
-    index = open_space(tmp_path, MarkdownFolder(folder))
+    index = open_space(MarkdownFolder(folder))
     await index.refresh()
     before = await chunk_ids(index)
     os.utime(folder / "vacation.md", ns=(1, 1))  # a new stat key, the same content
@@ -103,7 +140,9 @@ async def test_a_file_touched_without_a_change_is_not_chunked_again_and_a_delete
     assert await index.search("laptop accounts", limit=3, mode="lexical") == []
 
 
-async def test_bad_files_are_skipped_with_their_reasons_and_the_rest_is_indexed(tmp_path: Path) -> None:
+async def test_bad_files_are_skipped_with_their_reasons_and_the_rest_is_indexed(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
     folder = tmp_path / "repo"
     write(
         folder,
@@ -115,9 +154,7 @@ async def test_bad_files_are_skipped_with_their_reasons_and_the_rest_is_indexed(
             "broken.pdf": b"%PDF-1.7\nthis is not a pdf at all",
         },
     )
-    service = KnowledgeService(tmp_path / "knowledge")
-    service.settings = service.settings.model_copy(update={"max_file_bytes": 4000})
-    index = service.open("bundle", KnowledgeSpace(name="code", indexer=SourceTree(folder)))
+    index = open_space(SourceTree(folder, max_file_bytes=4000), name="code")
     report = await index.refresh()
     assert report.error is None and report.skipped == 4
     reasons = {path: reason for path, _, reason in (await index.status()).skipped}
@@ -146,8 +183,10 @@ class FlakyIndexer:
         return [Chunk(file.path, "all", file.path, text, 1, text.count("\n") + 1, "window")], None
 
 
-async def test_a_chunker_that_fails_on_one_file_never_fails_the_space(tmp_path: Path) -> None:
-    index = open_space(tmp_path, FlakyIndexer({"a.txt": "alpha text", "bad.txt": "boom", "c.txt": "gamma text"}))
+async def test_a_chunker_that_fails_on_one_file_never_fails_the_space(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
+    index = open_space(FlakyIndexer({"a.txt": "alpha text", "bad.txt": "boom", "c.txt": "gamma text"}))
     report = await index.refresh()
     assert (report.changed, report.skipped) == (3, 1)
     assert (await index.status()).skipped == [
@@ -156,10 +195,12 @@ async def test_a_chunker_that_fails_on_one_file_never_fails_the_space(tmp_path: 
     assert (await index.status()).files == {"indexed": 2, "skipped": 1}
 
 
-async def test_a_missing_folder_is_recorded_and_the_last_version_keeps_serving(tmp_path: Path) -> None:
+async def test_a_missing_folder_is_recorded_and_the_last_version_keeps_serving(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
     folder = tmp_path / "handbook"
     write(folder, HANDBOOK)
-    index = open_space(tmp_path, MarkdownFolder(folder))
+    index = open_space(MarkdownFolder(folder))
     await index.refresh()
     for path in folder.iterdir():
         path.unlink()
@@ -172,10 +213,12 @@ async def test_a_missing_folder_is_recorded_and_the_last_version_keeps_serving(t
     assert (await index.refresh()).error is None and (await index.status()).error is None
 
 
-async def test_the_old_version_serves_until_the_new_one_commits(tmp_path: Path) -> None:
+async def test_the_old_version_serves_until_the_new_one_commits(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
     folder = tmp_path / "handbook"
     write(folder, HANDBOOK)
-    index = open_space(tmp_path, MarkdownFolder(folder))
+    index = open_space(MarkdownFolder(folder))
     await index.refresh()
     write(folder, {"vacation.md": "# Vacation policy\n\nEvery employee has 30 days of paid leave.\n"})
     seen_during: list[str] = []
@@ -191,12 +234,11 @@ async def test_the_old_version_serves_until_the_new_one_commits(tmp_path: Path) 
     assert "30 days" in hit.chunk.text
 
 
-async def test_another_embedder_re_embeds_every_chunk(tmp_path: Path) -> None:
+async def test_another_embedder_re_embeds_every_chunk(tmp_path: Path, open_space: Callable[..., SpaceIndex]) -> None:
     write(tmp_path / "handbook", HANDBOOK)
     indexer = MarkdownFolder(tmp_path / "handbook")
-    await open_space(tmp_path, indexer).refresh()
-    other = KnowledgeService(tmp_path / "knowledge", HashedNgramEmbedder(dimensions=64), embedder_name="small")
-    index = other.open("bundle", KnowledgeSpace(name="docs", indexer=indexer))
+    await open_space(indexer).refresh()
+    index = open_space(indexer, embedder=HashedNgramEmbedder(dimensions=64))
     report = await index.refresh()
     assert (report.changed, report.chunks_written) == (3, 4)
     assert (await index.status()).embedder == "small:64"
@@ -216,8 +258,10 @@ class Handbook:
         return str(len(self.docs))
 
 
-async def test_an_older_style_indexer_is_chunked_as_markdown(tmp_path: Path) -> None:
-    index = open_space(tmp_path, Handbook([KnowledgeDocument("faq.md", "FAQ", "# FAQ\n\n## Parking\n\nLevel -2.\n")]))
+async def test_an_older_style_indexer_is_chunked_as_markdown(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
+    index = open_space(Handbook([KnowledgeDocument("faq.md", "FAQ", "# FAQ\n\n## Parking\n\nLevel -2.\n")]))
     await index.refresh()
     assert [row.anchor for row in await index.read("faq.md")] == ["faq", "parking"]
 
@@ -234,23 +278,36 @@ REFRESHER = textwrap.dedent(
     from berth.bundle.knowledge import KnowledgeSpace, DocumentFolder
     from berth.knowledge.service import KnowledgeService
 
-    root, folder, start = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    index = KnowledgeService(root).open("bundle", KnowledgeSpace(name="docs", indexer=DocumentFolder(folder)))
+    root, folder, start, dsn = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+    stores = None
+    if dsn:
+        from berth_postgres.knowledge import PostgresKnowledgeStores
+        stores = PostgresKnowledgeStores(dsn)
+    service = KnowledgeService(root, stores=stores)
+    index = service.open("bundle", KnowledgeSpace(name="docs", indexer=DocumentFolder(folder)))
     while not start.exists():
         time.sleep(0.005)
-    report = asyncio.run(index.refresh())
+
+    async def refresh():
+        report = await index.refresh()
+        await service.aclose()
+        return report
+
+    report = asyncio.run(refresh())
     print(json.dumps({"version": report.version, "changed": report.changed, "chunks": report.chunks_written}))
     """
 )
 
 
-def refresh_in_two_processes(root: Path, folder: Path) -> list[dict[str, int]]:
+def refresh_in_two_processes(root: Path, folder: Path, dsn: str) -> list[dict[str, int]]:
     """Start two processes refreshing the same space, release them together, return their reports."""
     start = root.parent / "start"
     start.unlink(missing_ok=True)
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", REFRESHER, str(root), str(folder), str(start)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", REFRESHER, str(root), str(folder), str(start), dsn],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]
@@ -260,7 +317,10 @@ def refresh_in_two_processes(root: Path, folder: Path) -> list[dict[str, int]]:
     return [json.loads(output) for output in outputs]
 
 
-def test_two_processes_started_together_index_a_space_once(tmp_path: Path) -> None:
+async def test_two_processes_started_together_index_a_space_once(
+    tmp_path: Path, stores: SpaceStoreFactory | None
+) -> None:
+    dsn = getattr(stores, "dsn", "")
     folder = tmp_path / "docs"
     write(
         folder,
@@ -270,15 +330,17 @@ def test_two_processes_started_together_index_a_space_once(tmp_path: Path) -> No
             for j in range(10)
         },
     )
-    reports = refresh_in_two_processes(tmp_path / "knowledge", folder)
+    reports = await asyncio.to_thread(refresh_in_two_processes, tmp_path / "knowledge", folder, dsn)
     assert sorted(r["changed"] for r in reports) == [0, 400]  # one indexed all 400 files, the other found it done
     assert {r["version"] for r in reports} == {1}
     write(folder, {"part007/page3.md": "# Page 7.3\n\nChanged text.\n"})
-    again = refresh_in_two_processes(tmp_path / "knowledge", folder)
+    again = await asyncio.to_thread(refresh_in_two_processes, tmp_path / "knowledge", folder, dsn)
     assert sorted(r["changed"] for r in again) == [0, 1] and {r["version"] for r in again} == {2}
 
 
-async def test_a_document_folder_indexes_markdown_html_and_text_together(tmp_path: Path) -> None:
+async def test_a_document_folder_indexes_markdown_html_and_text_together(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
     write(
         tmp_path / "site",
         {
@@ -288,7 +350,7 @@ async def test_a_document_folder_indexes_markdown_html_and_text_together(tmp_pat
             "script.py": "print('not a document')\n",
         },
     )
-    index = open_space(tmp_path, DocumentFolder(tmp_path / "site"))
+    index = open_space(DocumentFolder(tmp_path / "site"))
     await index.refresh()
     assert sorted(await index.store.files()) == ["guide.md", "notes.txt", "page.html"]
     assert (await index.search("restart after upgrading", limit=1))[0].logical_path == "ks:docs/page.html#faq"

@@ -1,0 +1,286 @@
+"""The PostgreSQL :class:`~berth.knowledge.store.SpaceStore`: knowledge indexes shared by every host.
+
+Tables of migration ``0005_knowledge``: ``knowledge_spaces`` (version and meta per bundle space),
+``knowledge_files`` and ``knowledge_chunks`` (a weighted ``tsvector`` under a GIN index for lexical ranking;
+embeddings as ``real[]``, ranked by the host with one numpy product per query over the version's matrix,
+loaded once per version). A refresh holds a session advisory lock keyed by the space, so one host indexes a
+space and every other finds it done; its writes are one transaction, so readers keep the previous version
+until it commits.
+
+``berth_knowledge_stores`` registers :func:`create_knowledge_stores` for ``distributed`` storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import asyncpg  # type: ignore[import-untyped, unused-ignore]
+import numpy as np
+import numpy.typing as npt
+
+from berth.knowledge.store import (
+    ChunkRow,
+    FileRecord,
+    FileUpdate,
+    VectorMatrix,
+    identifier_words,
+    path_words,
+    query_words,
+)
+from berth_postgres.pool import StorePool
+
+if TYPE_CHECKING:
+    from berth.distributed.connections import DistributedConnections
+
+__all__ = ["REQUIRED_MIGRATION", "PostgresKnowledgeStores", "PostgresSpaceStore", "create_knowledge_stores"]
+
+REQUIRED_MIGRATION: Final = "0005_knowledge"
+_LOCK_NAMESPACE: Final = 0x6B6E6F77  # 'know': keeps the space locks apart from other advisory locks
+_CHUNK_COLUMNS: Final = "id, path, anchor, title, text, first_line, last_line, kind"
+_DOCUMENT: Final = (
+    "setweight(to_tsvector('english', $1), 'A') || setweight(to_tsvector('simple', $2), 'B') || "
+    "to_tsvector('english', $3)"
+)
+_INSERT_CHUNK: Final = (
+    "INSERT INTO knowledge_chunks (space_id, path, anchor, title, text, first_line, last_line, kind, vector, "  # noqa: S608 - constants of this module
+    f"document) VALUES ($4, $5, $6, $7, $8, $9, $10, $11, $12, {_DOCUMENT})"
+)
+
+
+def tsquery_words(query: str) -> str | None:
+    """A ``to_tsquery('english', …)`` expression for free text: its words (as the embedded index takes them),
+    each quoted, OR-ed; None when there is no word."""
+    words = [word.replace("'", "''") for word in query_words(query)]
+    return " | ".join(f"'{word}'" for word in words) if words else None
+
+
+class PostgresKnowledgeStores:
+    """Opens the stores of every space over one connection pool (opened on first use)."""
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        self.dsn = dsn
+        self._pool = StorePool(dsn, min_size=min_size, max_size=max_size)
+        self._opened = False
+        self._opening = asyncio.Lock()
+
+    def __call__(self, bundle_id: str, space: str, /) -> PostgresSpaceStore:
+        """The store of ``space`` of ``bundle_id``."""
+        return PostgresSpaceStore(self, bundle_id, space)
+
+    async def pool(self) -> StorePool:
+        """The open pool (a schema behind ``0005_knowledge`` is refused: run ``berth migrate``)."""
+        if not self._opened:
+            async with self._opening:
+                if not self._opened:
+                    await self._pool.open()
+                    self._opened = True
+        return self._pool
+
+    async def aclose(self) -> None:
+        """Close the pool."""
+        if self._opened:
+            self._opened = False
+            await self._pool.aclose()
+
+
+def create_knowledge_stores(connections: DistributedConnections) -> PostgresKnowledgeStores:
+    """The knowledge stores of ``distributed`` storage, on its PostgreSQL database."""
+    return PostgresKnowledgeStores(connections.postgres_dsn)
+
+
+class PostgresSpaceStore:
+    """The index of one space in PostgreSQL."""
+
+    def __init__(self, stores: PostgresKnowledgeStores, bundle_id: str, space: str) -> None:
+        self._stores = stores
+        self.bundle_id = bundle_id
+        self.space = space
+        self._space_id: int | None = None
+        self._vectors: VectorMatrix | None = None
+
+    async def _id(self) -> int:
+        """The space's row id (the row is made on first use)."""
+        if self._space_id is None:
+            pool = await self._stores.pool()
+            rows = await pool.fetch(
+                "INSERT INTO knowledge_spaces (bundle_id, space) VALUES ($1, $2) "
+                "ON CONFLICT (bundle_id, space) DO UPDATE SET bundle_id = EXCLUDED.bundle_id RETURNING id",
+                self.bundle_id,
+                self.space,
+            )
+            self._space_id = int(rows[0]["id"])
+        return self._space_id
+
+    async def _fetch(self, sql: str, *arguments: Any) -> list[Any]:
+        pool = await self._stores.pool()
+        return await pool.fetch(sql, await self._id(), *arguments)
+
+    async def aclose(self) -> None:
+        """Nothing of its own to close (the pool is the stores')."""
+        self._vectors = None
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    async def meta(self) -> dict[str, str]:
+        """The space's meta values, with ``version``."""
+        rows = await self._fetch("SELECT version, meta FROM knowledge_spaces WHERE id = $1")
+        meta = json.loads(rows[0]["meta"]) if isinstance(rows[0]["meta"], str) else dict(rows[0]["meta"])
+        version = int(rows[0]["version"])
+        values = {key: str(value) for key, value in meta.items() if value not in (None, "")}
+        return {**values, "version": str(version)} if version else values
+
+    async def version(self) -> int:
+        """The committed index version (0: never indexed)."""
+        rows = await self._fetch("SELECT version FROM knowledge_spaces WHERE id = $1")
+        return int(rows[0]["version"])
+
+    async def files(self) -> dict[str, FileRecord]:
+        """Every file record, by path."""
+        rows = await self._fetch(
+            "SELECT path, stat, sha, status, reason, chunks FROM knowledge_files WHERE space_id = $1"
+        )
+        return {row["path"]: FileRecord(*row) for row in rows}
+
+    async def counts(self) -> dict[str, int]:
+        """Files by status and the number of chunks."""
+        rows = await self._fetch(
+            "SELECT status, count(*) AS n FROM knowledge_files WHERE space_id = $1 GROUP BY status "
+            "UNION ALL SELECT 'chunks', count(*) FROM knowledge_chunks WHERE space_id = $1"
+        )
+        return {row["status"]: int(row["n"]) for row in rows}
+
+    async def skipped(self, limit: int = 50) -> list[tuple[str, str, str]]:
+        """Files skipped or degraded, with their reasons."""
+        rows = await self._fetch(
+            "SELECT path, status, reason FROM knowledge_files WHERE space_id = $1 AND status != 'indexed' "
+            "ORDER BY path LIMIT $2",
+            limit,
+        )
+        return [(row["path"], row["status"], row["reason"] or "") for row in rows]
+
+    async def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        """The chunks with these ids."""
+        wanted = list(ids)
+        if not wanted:
+            return {}
+        rows = await self._fetch(
+            f"SELECT {_CHUNK_COLUMNS} FROM knowledge_chunks WHERE space_id = $1 AND id = ANY($2::bigint[])",  # noqa: S608
+            wanted,
+        )
+        return {int(row["id"]): ChunkRow(*row) for row in rows}
+
+    async def chunks_of(self, path: str) -> list[ChunkRow]:
+        """The chunks of one file, in file order."""
+        rows = await self._fetch(
+            f"SELECT {_CHUNK_COLUMNS} FROM knowledge_chunks WHERE space_id = $1 AND path = $2 "  # noqa: S608
+            "ORDER BY first_line, id",
+            path,
+        )
+        return [ChunkRow(*row) for row in rows]
+
+    async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
+        """Chunk ids by ``ts_rank_cd`` over the weighted document (title A, path B, text D), best first."""
+        expression = tsquery_words(query)
+        if expression is None:
+            return []
+        rows = await self._fetch(
+            "SELECT c.id, ts_rank_cd(c.document, q.query) AS score "
+            "FROM knowledge_chunks c, to_tsquery('english', $2) AS q(query) "
+            "WHERE c.space_id = $1 AND c.document @@ q.query ORDER BY score DESC, c.id LIMIT $3",
+            expression,
+            limit,
+        )
+        return [(int(row["id"]), float(row["score"])) for row in rows]
+
+    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[int]:
+        """Chunk ids by cosine similarity over the committed version's vectors (loaded once per version)."""
+        version = await self.version()
+        cached = self._vectors
+        if cached is None or cached.version != version:
+            rows = await self._fetch(
+                "SELECT id, vector FROM knowledge_chunks WHERE space_id = $1 AND vector IS NOT NULL"
+            )
+            packed = [(int(row["id"]), np.asarray(row["vector"], dtype=np.float32).tobytes()) for row in rows]
+            cached = self._vectors = VectorMatrix.build(version, packed)
+        return cached.nearest(vector, limit)
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    async def set_progress(self, progress: dict[str, Any] | None) -> None:
+        """Record (or clear) a running refresh's progress in the space's meta (as JSON text, like the others)."""
+        if progress is None:
+            await self._fetch("UPDATE knowledge_spaces SET meta = meta - 'progress' WHERE id = $1 RETURNING id")
+        else:
+            await self._fetch(
+                "UPDATE knowledge_spaces SET meta = jsonb_set(meta, '{progress}', to_jsonb($2::text)) WHERE id = $1 "
+                "RETURNING id",
+                json.dumps(progress),
+            )
+
+    async def apply(
+        self,
+        updates: Sequence[FileUpdate],
+        *,
+        removed: Iterable[str],
+        touched: Sequence[FileRecord],
+        meta: dict[str, str],
+    ) -> int:
+        """Write one refresh in one transaction and return the new version."""
+        space_id = await self._id()
+        gone = [*removed, *(update.record.path for update in updates)]
+        pool = await self._stores.pool()
+
+        async def work(connection: Any) -> int:
+            await connection.execute(
+                "DELETE FROM knowledge_chunks WHERE space_id = $1 AND path = ANY($2::text[])", space_id, gone
+            )
+            await connection.execute(
+                "DELETE FROM knowledge_files WHERE space_id = $1 AND path = ANY($2::text[])", space_id, gone
+            )
+            await connection.executemany(
+                "INSERT INTO knowledge_files (space_id, path, stat, sha, status, reason, chunks) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                [(space_id, u.record.path, u.record.stat, u.record.sha, u.record.status, u.record.reason,
+                  len(u.chunks)) for u in updates],
+            )  # fmt: skip
+            await connection.executemany(_INSERT_CHUNK, list(_chunk_rows(space_id, updates)))
+            await connection.executemany(
+                "UPDATE knowledge_files SET stat = $3 WHERE space_id = $1 AND path = $2",
+                [(space_id, record.path, record.stat) for record in touched],
+            )
+            row = await connection.fetchrow(
+                "UPDATE knowledge_spaces SET version = version + 1, meta = meta || $2::jsonb WHERE id = $1 "
+                "RETURNING version",
+                space_id,
+                json.dumps({**meta, "indexed_at": str(await connection.fetchval("SELECT extract(epoch FROM now())"))}),
+            )
+            return int(row["version"])
+
+        return await pool.in_transaction(work)
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold a session advisory lock on the space for the block, on a connection of its own (not the pool's:
+        refreshes of many spaces at once must not take every pooled connection); closing it releases the lock."""
+        space_id = await self._id()
+        connection = await asyncpg.connect(self._stores.dsn)
+        try:
+            await connection.execute("SELECT pg_advisory_lock($1, $2)", _LOCK_NAMESPACE, space_id)
+            yield
+        finally:
+            await connection.close()
+
+
+def _chunk_rows(space_id: int, updates: Sequence[FileUpdate]) -> Iterable[tuple[Any, ...]]:
+    for update in updates:
+        vectors = list(update.vectors) or [None] * len(update.chunks)
+        for chunk, vector in zip(update.chunks, vectors, strict=True):
+            title = chunk.title + " " + identifier_words(chunk.title)
+            body = chunk.text + "\n" + identifier_words(chunk.title + " " + chunk.text)
+            values = np.frombuffer(vector, dtype=np.float32).tolist() if vector is not None else None
+            yield (title, path_words(chunk.path), body, space_id, chunk.path, chunk.anchor, chunk.title,
+                   chunk.text, chunk.first_line, chunk.last_line, chunk.kind, values)  # fmt: skip
