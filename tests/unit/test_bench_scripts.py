@@ -32,6 +32,10 @@ TABLES: dict[str, tuple[str, str]] = {
     "api_load.py": (r"^\s+turns\s+turns/s\s+first delta p50 ms", r"^berth / bare streams per second: \d+\.\d+"),
     "context.py": (r"^strategy\s+input tokens", r"^ratio \(strict\): berth sends \d+(\.\d+)?x fewer"),
     "exec.py": (r"^program\s+arm\s+median ms", r"^trivial\s+local \(bwrap\)\s.*\d+\.\d+x\s+\d+$"),
+    "knowledge.py": (
+        r"^embedder\s+mode\s+recall@5\s+MRR@10$",
+        r"^ratio rank_bm25 / berth lexical p50 at \d+ chunks: \d+(\.\d+)?x",
+    ),
     "mcp_overhead.py": (r"^row\s+calls\s+berth/s\s+bare/s.*\sratio$", r"^stdio, shared\s.*\s\d+\.\d+$"),
     "reload.py": (r"^\s+saves\s+swap med ms", r"^ratio restart / hot reload.* median \d+(\.\d+)?x"),
     "scale.py": (

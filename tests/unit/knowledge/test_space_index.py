@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.bundle.knowledge import KnowledgeDocument, KnowledgeSpace, MarkdownFolder, SourceTree
+from berth.bundle.knowledge import GitRepository, KnowledgeDocument, KnowledgeSpace, MarkdownFolder, SourceTree
 from berth.knowledge.chunks import Chunk
 from berth.knowledge.indexers import DocumentFolder
 from berth.knowledge.service import KnowledgeService
@@ -354,3 +354,54 @@ async def test_a_document_folder_indexes_markdown_html_and_text_together(
     await index.refresh()
     assert sorted(await index.store.files()) == ["guide.md", "notes.txt", "page.html"]
     assert (await index.search("restart after upgrading", limit=1))[0].logical_path == "ks:docs/page.html#faq"
+
+
+def git(repo: Path, *args: str) -> None:
+    """Run git in ``repo`` with an identity of its own and no user configuration."""
+    environment = {
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "Ada",
+        "GIT_AUTHOR_EMAIL": "ada@example.org",
+        "GIT_COMMITTER_NAME": "Ada",
+        "GIT_COMMITTER_EMAIL": "ada@example.org",
+    }
+    subprocess.run(["git", "-C", str(repo), *args], env=environment, check=True, capture_output=True, timeout=60)
+
+
+async def test_a_git_repository_is_indexed_at_its_ref_and_a_new_commit_re_indexes_one_file(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
+    repo = tmp_path / "origin"
+    write(repo, {f"pkg/mod{i}.py": f"def handler_{i}(event):\n    return {i}\n" for i in range(30)})
+    write(repo, {"README.md": "# Service\n\n## Deploying\n\nTag a release.\n"})
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    index = open_space(GitRepository(repo.as_uri(), "main"), name="service")
+    first = await index.refresh()
+    assert (first.files, first.changed, first.error) == (31, 31, None)
+    assert (await index.search("handler_7", limit=1))[0].logical_path == "ks:service/pkg/mod7.py#handler_7"
+    write(repo, {"pkg/mod3.py": "def handler_3(event):\n    return 'changed'\n"})
+    git(repo, "commit", "-q", "-am", "second")
+    second = await index.refresh()  # a new commit is a new tree: every file is hashed, one is re-chunked
+    assert (second.changed, second.touched, second.version) == (1, 30, 2)
+    assert "changed" in (await index.read("pkg/mod3.py", "handler_3"))[0].text
+
+
+async def test_a_missing_repository_or_ref_is_recorded_without_failing_the_space(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
+    missing = open_space(GitRepository((tmp_path / "nowhere").as_uri(), "main"), name="gone")
+    report = await missing.refresh()
+    assert report.error is not None and "nowhere" in report.error
+    assert (await missing.status()).error == report.error
+    assert await missing.search("anything") == []
+    repo = tmp_path / "origin"
+    write(repo, {"a.md": "# A\n"})
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    no_ref = await open_space(GitRepository(repo.as_uri(), "v9.9"), name="noref").refresh()
+    assert no_ref.error is not None and "'v9.9' not found" in no_ref.error
