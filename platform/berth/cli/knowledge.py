@@ -8,11 +8,12 @@ so ``status`` shows the progress of an index another process is building.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,29 @@ SCOPE_OPTIONS = (
 SPACE_OPTION = click.option("--space", help="one knowledge space of the bundle")
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which spaces a command works on: the descriptors, the storage root, and the bundle/scope/space filters."""
+
+    descriptors: Path | None
+    var_root: Path | None
+    bundle_id: str | None
+    tenant: str | None
+    project: str | None
+    space: str | None
+
+
 def _scoped(function: Any) -> Any:
+    """Give a command the selecting options; it receives them as one :class:`Selection` (its first argument)."""
+
+    @functools.wraps(function)
+    def command(**options: Any) -> Any:
+        selection = Selection(**{name: options.pop(name) for name in Selection.__dataclass_fields__})
+        return function(selection, **options)
+
     for option in reversed((DESCRIPTORS_OPTION, VAR_OPTION, BUNDLE_OPTION, *SCOPE_OPTIONS, SPACE_OPTION)):
-        function = option(function)
-    return function
+        command = option(command)
+    return command
 
 
 @click.group("knowledge")
@@ -50,16 +70,12 @@ def knowledge_group() -> None:
 
 
 @asynccontextmanager
-async def _spaces(
-    descriptors: Path | None,
-    var_root: Path | None,
-    bundle_id: str | None,
-    tenant: str | None,
-    project: str | None,
-    space: str | None,
-) -> AsyncIterator[list[tuple[str, SpaceIndex]]]:
+async def _spaces(selection: Selection) -> AsyncIterator[list[tuple[str, SpaceIndex]]]:
     """Load the bundles (spaces not refreshed) and yield the selected (bundle id, space index) pairs."""
-    runtime = HostRuntime.for_descriptors(descriptors, watch=False, var_root=var_root, refresh_knowledge=False)
+    bundle_id, tenant, project, space = selection.bundle_id, selection.tenant, selection.project, selection.space
+    runtime = HostRuntime.for_descriptors(
+        selection.descriptors, watch=False, var_root=selection.var_root, refresh_knowledge=False
+    )
     await runtime.start()
     try:
         registry = runtime.registry
@@ -93,18 +109,13 @@ def _visible_bundles(config: Any, tenant: str | None, project: str | None) -> se
 @_scoped
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def status_command(
-    descriptors: Path | None,
-    var_root: Path | None,
-    bundle_id: str | None,
-    tenant: str | None,
-    project: str | None,
-    space: str | None,
+    selection: Selection,
     output_format: str,
 ) -> None:
     """Each space's version, files by status, chunks, embedder, errors and any index in progress."""
 
     async def run() -> list[dict[str, Any]]:
-        async with _spaces(descriptors, var_root, bundle_id, tenant, project, space) as chosen:
+        async with _spaces(selection) as chosen:
             return [{"bundle": b, **asdict(await index.status())} for b, index in chosen]
 
     statuses = asyncio.run(run())
@@ -152,12 +163,7 @@ def _state(status: dict[str, Any]) -> str:
 @_scoped
 @click.option("--force", is_flag=True, help="re-chunk and re-embed every file, changed or not")
 def reindex_command(
-    descriptors: Path | None,
-    var_root: Path | None,
-    bundle_id: str | None,
-    tenant: str | None,
-    project: str | None,
-    space: str | None,
+    selection: Selection,
     force: bool,
 ) -> None:
     """Bring the spaces' indexes up to date (only changed files, unless --force), showing progress."""
@@ -178,7 +184,7 @@ def reindex_command(
 
     async def run() -> int:
         failures = 0
-        async with _spaces(descriptors, var_root, bundle_id, tenant, project, space) as chosen:
+        async with _spaces(selection) as chosen:
             for bundle, index in chosen:
                 report = await index.refresh(force=force, progress=show)
                 if report.error:
@@ -203,12 +209,7 @@ def reindex_command(
 @click.option("--mode", type=click.Choice(["hybrid", "lexical", "vector"]), default="hybrid", show_default=True)
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def search_command(
-    descriptors: Path | None,
-    var_root: Path | None,
-    bundle_id: str | None,
-    tenant: str | None,
-    project: str | None,
-    space: str | None,
+    selection: Selection,
     query: str,
     limit: int,
     mode: str,
@@ -217,7 +218,7 @@ def search_command(
     """Search the spaces as react.search_knowledge does (after bringing them up to date)."""
 
     async def run() -> list[dict[str, Any]]:
-        async with _spaces(descriptors, var_root, bundle_id, tenant, project, space) as chosen:
+        async with _spaces(selection) as chosen:
             for _, index in chosen:
                 await index.refresh()
             spaces = [index for _, index in chosen]

@@ -31,6 +31,7 @@ __all__ = [
     "DocumentFolder",
     "DocumentIndexer",
     "DocumentsAsFiles",
+    "FolderIndexer",
     "GitRepository",
     "KnowledgeDocument",
     "KnowledgeIndexer",
@@ -89,24 +90,26 @@ class DocumentIndexer(Protocol):
         ...
 
 
-class DocumentFolder:
-    """Markdown, text, HTML and PDF files under ``folder`` (recursively), chunked by headings.
+class FolderIndexer:
+    """The files of ``folder`` (recursively) matching ``include`` minus ``exclude``; subclasses chunk them.
 
-    :param include: glob patterns of the files to index (default: every document type).
-    :param exclude: glob patterns to leave out.
-    :param max_file_bytes: larger files are skipped with a recorded reason (default: 2 MiB).
+    :param include: glob patterns of the files to index (on the relative path, or the name without a '/').
+    :param exclude: glob patterns to leave out (``.git``, ``node_modules``, caches and build output always are).
+    :param max_file_bytes: larger files are skipped with a recorded reason (default: ``platform.knowledge``'s).
     """
+
+    default_include: tuple[str, ...] = ("*",)
 
     def __init__(
         self,
         folder: Path | str,
         *,
-        include: Sequence[str] = DOCUMENT_PATTERNS,
+        include: Sequence[str] | None = None,
         exclude: Sequence[str] = (),
         max_file_bytes: int | None = None,
     ) -> None:
         self.folder = Path(folder)
-        self.tree = FileTree(self.folder, tuple(include), tuple(exclude))
+        self.tree = FileTree(self.folder, tuple(include or self.default_include), tuple(exclude))
         self.max_file_bytes = max_file_bytes
 
     def files(self) -> Iterator[SourceFile]:
@@ -116,11 +119,21 @@ class DocumentFolder:
         return self.tree.files()
 
     def chunk(self, file: SourceFile, data: bytes) -> ChunkResult:
-        """Sections of a document (pages of a PDF)."""
-        return chunk_document(file.path, data), None
+        """The file's chunks (each subclass says how)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.folder)!r})"
+
+
+class DocumentFolder(FolderIndexer):
+    """Markdown, text, HTML and PDF files under ``folder`` (recursively), chunked by headings (PDF: by page)."""
+
+    default_include = DOCUMENT_PATTERNS
+
+    def chunk(self, file: SourceFile, data: bytes) -> ChunkResult:
+        """Sections of a document (pages of a PDF)."""
+        return chunk_document(file.path, data), None
 
 
 class MarkdownFolder(DocumentFolder):
@@ -137,38 +150,13 @@ class MarkdownFolder(DocumentFolder):
             yield KnowledgeDocument(file.path, title, text)
 
 
-class SourceTree:
-    """A code base under ``folder``: code by definitions, documents by headings, other text by line windows.
-
-    :param include: glob patterns of the files to index (default: every file that is not hidden).
-    :param exclude: glob patterns to leave out (``.git``, ``node_modules``, caches and build output are
-        always left out).
-    """
-
-    def __init__(
-        self,
-        folder: Path | str,
-        *,
-        include: Sequence[str] = ("*",),
-        exclude: Sequence[str] = (),
-        max_file_bytes: int | None = None,
-    ) -> None:
-        self.folder = Path(folder)
-        self.tree = FileTree(self.folder, tuple(include), tuple(exclude))
-        self.max_file_bytes = max_file_bytes
-
-    def files(self) -> Iterator[SourceFile]:
-        """Every matching file, sorted by path."""
-        if not self.folder.is_dir():
-            raise ListingError(f"folder {self.folder} does not exist")
-        return self.tree.files()
+class SourceTree(FolderIndexer):
+    """A code base under ``folder``: code by definitions, documents by headings, other text by line windows
+    (every file that is not hidden, unless ``include`` says otherwise)."""
 
     def chunk(self, file: SourceFile, data: bytes) -> ChunkResult:
         """Definitions of a source file, sections of a document, line windows of anything else."""
         return chunk_source_file(file.path, data)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.folder)!r})"
 
 
 def chunk_source_file(path: str, data: bytes) -> ChunkResult:
