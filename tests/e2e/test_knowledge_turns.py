@@ -150,3 +150,25 @@ async def test_knowledge_hits_are_cited_and_a_chunk_is_read_by_its_anchor(tmp_pa
         assert "ks:runbooks/failover.md#promote-the-replica" in sources
         completed = harness.of_type("turn.completed")[0]
         assert completed["sources_used"][0]["url"] == "ks:runbooks/failover.md#promote-the-replica"
+
+
+async def test_the_docs_assistant_answers_about_berth_from_its_docs_and_source(tmp_path: Path) -> None:
+    async with turn_harness(tmp_path, {"docs": {"source": {"entry_point": "docs"}}}) as harness:
+        result = await harness.turn(
+            "docs",
+            "How does hot reload keep requests running?",
+            script=[
+                action("react.search_knowledge", query="reload generation pinned in-flight work", limit=8),
+                action(
+                    "react.search_knowledge", query="retire a generation when its last user ends", space="berth-source"
+                ),
+                complete("A reload swaps in a new generation; work pinned to the old one finishes on it [[S:1]]."),
+            ],
+        )
+        assert result.outcome == "completed"
+        found = harness.model.requests[1].prompt.section_text("current_turn")
+        assert "ks:berth-docs/bundles.md#" in found  # the docs space answers first
+        code = harness.model.requests[2].prompt.section_text("current_turn")
+        assert "ks:berth-source/host/registry.py#BundleRegistry." in code
+        cited = harness.of_type("turn.completed")[0]["sources_used"]
+        assert cited[0]["url"].startswith("ks:berth-docs/")

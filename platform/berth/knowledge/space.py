@@ -301,6 +301,7 @@ class _Refresh:
         self.progress_callback = progress
         self.started = time.monotonic()
         self._last_progress = 0.0
+        self._last_phase = ""
         self._logged_step: tuple[str, int] | None = None
 
     async def run(self) -> RefreshReport:
@@ -417,17 +418,17 @@ class _Refresh:
         return [replace(update, vectors=vectors[i]) for i, update in enumerate(updates)]
 
     async def _report(self, progress: IndexProgress) -> None:
-        if self.progress_callback is not None:
-            result = self.progress_callback(progress)
-            if inspect.isawaitable(result):
-                await result
         now = time.monotonic()
-        if now - self._last_progress >= 1.0:
-            self._last_progress = now
+        if now - self._last_progress >= 1.0 or progress.phase != self._last_phase:
+            self._last_progress, self._last_phase = now, progress.phase
             await self.store.set_progress(
                 {"phase": progress.phase, "files_done": progress.files_done, "files_total": progress.files_total,
                  "chunks_done": progress.chunks_done, "chunks_total": progress.chunks_total, "at": time.time()}
             )  # fmt: skip
+        if self.progress_callback is not None:
+            result = self.progress_callback(progress)
+            if inspect.isawaitable(result):
+                await result
         embedding = progress.phase == "embedding"
         done, total = (
             (progress.chunks_done, progress.chunks_total) if embedding else (progress.files_done, progress.files_total)

@@ -234,6 +234,29 @@ async def test_the_old_version_serves_until_the_new_one_commits(
     assert "30 days" in hit.chunk.text
 
 
+async def test_a_running_refresh_shows_its_progress_to_other_readers(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
+    folder = tmp_path / "handbook"
+    write(folder, HANDBOOK)
+    index = open_space(MarkdownFolder(folder))
+    reader = open_space(MarkdownFolder(folder))  # another opener of the same space (as `berth knowledge status`)
+    seen: list[dict[str, object] | None] = []
+
+    async def look(progress: IndexProgress) -> None:
+        if progress.phase == "writing":
+            seen.append((await reader.status()).progress)
+
+    await index.refresh(progress=look)
+    assert seen and seen[0] is not None
+    assert {key: seen[0][key] for key in ("phase", "files_done", "files_total")} == {
+        "phase": "writing",
+        "files_done": 3,
+        "files_total": 3,
+    }
+    assert (await reader.status()).progress is None  # cleared once the refresh ends
+
+
 async def test_another_embedder_re_embeds_every_chunk(tmp_path: Path, open_space: Callable[..., SpaceIndex]) -> None:
     write(tmp_path / "handbook", HANDBOOK)
     indexer = MarkdownFolder(tmp_path / "handbook")
