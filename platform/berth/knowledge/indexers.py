@@ -15,6 +15,7 @@ each document becomes a file chunked as markdown (:class:`DocumentsAsFiles`).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -177,6 +178,8 @@ class GitRepository:
 
     :param subdir: index only this folder of the repository.
     :param documents_only: chunk only documents (like :class:`DocumentFolder`), not code.
+    :param fetch_interval_s: a refresh within this long of the last fetch lists the checkout it has (searches
+        check their space every few seconds; the remote is asked at most this often).
     """
 
     def __init__(
@@ -190,8 +193,11 @@ class GitRepository:
         documents_only: bool = False,
         cache_dir: Path | str | None = None,
         max_file_bytes: int | None = None,
+        fetch_interval_s: float = 300.0,
     ) -> None:
         self.url = url
+        self.fetch_interval_s = fetch_interval_s
+        self._fetched_at = float("-inf")
         self.ref = ref
         self.subdir = subdir.strip("/")
         self.include = tuple(DOCUMENT_PATTERNS if documents_only and include == ("*",) else include)
@@ -211,10 +217,12 @@ class GitRepository:
         """Check the ref out (once per commit, machine-wide), then list its files."""
         if self.cache_dir is None:
             raise ListingError(f"git repository {self.url}: no cache folder (GitRepository(cache_dir=...))")
-        try:
-            self.checked_out = checkout(self.url, self.ref, self.cache_dir, progress=self.progress)
-        except GitError as error:
-            raise ListingError(error.reason) from None
+        if self.checked_out is None or time.monotonic() - self._fetched_at >= self.fetch_interval_s:
+            try:
+                self.checked_out = checkout(self.url, self.ref, self.cache_dir, progress=self.progress)
+            except GitError as error:
+                raise ListingError(error.reason) from None
+            self._fetched_at = time.monotonic()
         root = self.checked_out.root / self.subdir if self.subdir else self.checked_out.root
         if not root.is_dir():
             raise ListingError(f"git repository {self.url}@{self.ref}: no folder '{self.subdir}'")

@@ -53,14 +53,14 @@ class IndexProgress:
     """Where a running refresh is: files read and chunked, chunks embedded."""
 
     space: str
-    phase: Literal["listing", "chunking", "embedding", "writing", "done"]
+    phase: Literal["listing", "chunking", "embedding", "writing"]
     files_done: int = 0
     files_total: int = 0
     chunks_done: int = 0
     chunks_total: int = 0
 
     def line(self) -> str:
-        """One human line: ``docs: chunking 120/400 files, embedding 0/0 chunks``."""
+        """One human line: ``docs: chunking — files 120/400, chunks 0/0``."""
         return (
             f"{self.space}: {self.phase} — files {self.files_done}/{self.files_total}, "
             f"chunks {self.chunks_done}/{self.chunks_total}"

@@ -402,14 +402,17 @@ async def test_a_git_repository_is_indexed_at_its_ref_and_a_new_commit_re_indexe
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "first")
-    index = open_space(GitRepository(repo.as_uri(), "main"), name="service")
+    index = open_space(GitRepository(repo.as_uri(), "main", fetch_interval_s=0), name="service")
+    patient = open_space(GitRepository(repo.as_uri(), "main"), name="patient")  # fetches at most every 300 s
     first = await index.refresh()
     assert (first.files, first.changed, first.error) == (31, 31, None)
+    assert (await patient.refresh()).changed == 31
     assert (await index.search("handler_7", limit=1))[0].logical_path == "ks:service/pkg/mod7.py#handler_7"
     write(repo, {"pkg/mod3.py": "def handler_3(event):\n    return 'changed'\n"})
     git(repo, "commit", "-q", "-am", "second")
     second = await index.refresh()  # a new commit is a new tree: every file is hashed, one is re-chunked
     assert (second.changed, second.touched, second.version) == (1, 30, 2)
+    assert (await patient.refresh()).changed == 0  # within its fetch interval: the remote is not asked
     assert "changed" in (await index.read("pkg/mod3.py", "handler_3"))[0].text
 
 
