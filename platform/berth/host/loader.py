@@ -293,23 +293,21 @@ def _widgets(items: list[Any]) -> dict[str, Widget]:
 
 
 def _knowledge(bundle_id: str, items: list[Any], service: KnowledgeService, failure: Any) -> dict[str, SpaceIndex]:
-    """Open the index of every contributed space (refreshed once the generation validates)."""
+    """Open the index of every contributed space (refreshed once the generation validates; a store connects on
+    first use, so nothing needs closing when a later space fails)."""
     spaces: dict[str, SpaceIndex] = {}
     for item in items:
         if not isinstance(item, KnowledgeSpace):
-            _stop(spaces)
             raise BundleLoadError(
                 LoadError("bundle_knowledge_invalid", f"berth_knowledge returned {type(item).__name__}")
             )
         if item.name in spaces:
-            _stop(spaces)
             raise BundleLoadError(
                 LoadError("bundle_knowledge_invalid", f"knowledge space '{item.name}' is contributed twice")
             )
         try:
             spaces[item.name] = service.open(bundle_id, item)
         except Exception as exc:
-            _stop(spaces)
             raise failure("bundle_knowledge_invalid", exc, f"opening knowledge space '{item.name}'") from None
     return spaces
 
@@ -318,7 +316,3 @@ async def _close(spaces: dict[str, SpaceIndex]) -> None:
     for index in spaces.values():
         await index.aclose()
 
-
-def _stop(spaces: dict[str, SpaceIndex]) -> None:
-    """Forget spaces opened before a load failed (their stores have opened nothing yet)."""
-    spaces.clear()
