@@ -315,4 +315,3 @@ def _knowledge(bundle_id: str, items: list[Any], service: KnowledgeService, fail
 async def _close(spaces: dict[str, SpaceIndex]) -> None:
     for index in spaces.values():
         await index.aclose()
-
