@@ -200,6 +200,26 @@ async def berth_on_unload(ctx):
             "bundle_agent_invalid",
             "KeyError",
         ),
+        (
+            "\n@hookimpl\ndef berth_knowledge(ctx):\n    from berth import KnowledgeSpace, MarkdownFolder\n"
+            "    return [KnowledgeSpace(name='docs', indexer=MarkdownFolder('a')),"
+            " KnowledgeSpace(name='docs', indexer=MarkdownFolder('b'))]\n",
+            "bundle_knowledge_invalid",
+            "knowledge space 'docs' is contributed twice",
+        ),
+        (
+            "\n@hookimpl\ndef berth_knowledge(ctx):\n    from berth import KnowledgeSpace\n"
+            "    return [KnowledgeSpace(name='docs', indexer=object())]\n",
+            "bundle_knowledge_invalid",
+            "is not a knowledge indexer: it needs files() and chunk(file, data)",
+        ),
+        (
+            "\n@hookimpl\ndef berth_skills(ctx):\n    from berth import Skill\n"
+            "    return [Skill(id='triage', description='Triage.', instructions='...', folder='.',"
+            " knowledge=['runbooks'])]\n",
+            "bundle_skill_invalid",
+            "skill 'triage' names knowledge space 'runbooks', which the bundle does not have (spaces: none)",
+        ),
     ],
 )
 async def test_validation_failures_have_stable_codes(

@@ -33,6 +33,13 @@ def test_a_skill_parses_its_front_matter_and_extra_files(tmp_path: Path) -> None
     )
     assert skill.sources == [{"url": "https://example.org", "title": "Example"}]
     assert skill.tools == ["exec.python"]
+    assert skill.knowledge == []
+
+
+def test_a_skill_may_point_at_knowledge_spaces(tmp_path: Path) -> None:
+    one = Skill.from_folder(write_skill(tmp_path / "a", "---\nname: a\ndescription: d\nknowledge: runbooks\n---\n"))
+    two = Skill.from_folder(write_skill(tmp_path / "b", "---\nname: b\ndescription: d\nknowledge: [x, y]\n---\n"))
+    assert (one.knowledge, two.knowledge) == (["runbooks"], ["x", "y"])
 
 
 @pytest.mark.parametrize(
@@ -42,6 +49,7 @@ def test_a_skill_parses_its_front_matter_and_extra_files(tmp_path: Path) -> None
         ("---\nname: x\n---\nbody", "needs a one-line 'description'"),
         ("---\nname: Bad Name\ndescription: d\n---\n", "must match"),
         ("---\nname: [unclosed\n---\n", "front matter is not valid YAML"),
+        ("---\nname: x\ndescription: d\nknowledge: {a: 1}\n---\n", "'knowledge' must name knowledge spaces"),
     ],
 )
 def test_a_broken_skill_names_its_file(tmp_path: Path, text: str, message: str) -> None:
