@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -54,6 +53,7 @@ from berth.knowledge.space import SearchMode
 from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import Embedder, HashedNgramEmbedder
 from berth.runtime.tools.knowledge import search_spaces
+from berth.testing.git import git
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = REPO / "tests" / "data" / "knowledge_questions.yaml"
@@ -279,14 +279,6 @@ TWO_PROCESS_CHILD = textwrap.dedent(
                       "seconds": round(time.perf_counter() - started, 2)}))
     """
 )
-
-
-def git(repo: Path, *args: str) -> None:
-    """Run git in ``repo`` (an identity of its own, no user configuration)."""
-    environment = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-                   "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.org",
-                   "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.org"}  # fmt: skip
-    subprocess.run(["git", "-C", str(repo), *args], env=environment, check=True, capture_output=True, timeout=600)
 
 
 def two_processes(root: Path, url: str) -> list[dict[str, Any]]:

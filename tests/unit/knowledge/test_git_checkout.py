@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,24 +15,7 @@ from typing import Any
 import pytest
 
 from berth.knowledge.git import Checkout, GitError, cache_key, cached_commits, checkout, redact_url
-
-GIT_ENV = {
-    **os.environ,
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "Ada",
-    "GIT_AUTHOR_EMAIL": "ada@example.org",
-    "GIT_COMMITTER_NAME": "Ada",
-    "GIT_COMMITTER_EMAIL": "ada@example.org",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    """Run git in ``repo`` and return its output."""
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args], env=GIT_ENV, capture_output=True, text=True, check=True, timeout=60
-    )
-    return done.stdout.strip()
+from berth.testing.git import git
 
 
 def commit_files(repo: Path, files: dict[str, str], message: str) -> str:
@@ -369,6 +351,7 @@ def test_credentials_appear_in_no_error_or_progress_line(cache: Path, url: str) 
 CHILD = """
 import json, sys
 from pathlib import Path
+from berth.testing.git import git
 from berth.knowledge.git import checkout
 
 url, ref, cache = sys.argv[1:4]

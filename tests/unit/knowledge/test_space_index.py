@@ -24,6 +24,7 @@ from berth.knowledge.sources import SourceFile
 from berth.knowledge.space import IndexProgress, SpaceIndex
 from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import HashedNgramEmbedder
+from berth.testing.git import git
 
 
 def write(folder: Path, files: dict[str, str | bytes]) -> None:
@@ -377,20 +378,6 @@ async def test_a_document_folder_indexes_markdown_html_and_text_together(
     await index.refresh()
     assert sorted(await index.store.files()) == ["guide.md", "notes.txt", "page.html"]
     assert (await index.search("restart after upgrading", limit=1))[0].logical_path == "ks:docs/page.html#faq"
-
-
-def git(repo: Path, *args: str) -> None:
-    """Run git in ``repo`` with an identity of its own and no user configuration."""
-    environment = {
-        **os.environ,
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "Ada",
-        "GIT_AUTHOR_EMAIL": "ada@example.org",
-        "GIT_COMMITTER_NAME": "Ada",
-        "GIT_COMMITTER_EMAIL": "ada@example.org",
-    }
-    subprocess.run(["git", "-C", str(repo), *args], env=environment, check=True, capture_output=True, timeout=60)
 
 
 async def test_a_git_repository_is_indexed_at_its_ref_and_a_new_commit_re_indexes_one_file(
