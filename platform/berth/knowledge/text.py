@@ -14,7 +14,6 @@ parts share the section's (page's) line range.
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ import lxml.html  # type: ignore[import-untyped]
 from markdown_it import MarkdownIt
 
 from berth.knowledge.chunks import MAX_CHUNK_CHARS, Chunk, ChunkKind, SkipFile, dedupe_anchor, part_anchor, slugify
-from berth.runtime.extraction import detect_document
+from berth.runtime.extraction import detect_document, open_pdf
 
 if TYPE_CHECKING:
     from markdown_it.token import Token
@@ -507,20 +506,12 @@ def chunk_pdf(path: str, data: bytes) -> list[Chunk]:
 
 def _pdf_pages(data: bytes) -> list[str]:
     """The text of each page (empty for a page without text, or one whose text could not be extracted)."""
-    from pypdf import PdfReader
-    from pypdf.errors import DependencyError
-
     if detect_document(data) != "pdf":
         raise SkipFile("not a readable PDF: it does not start with %PDF-")
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            try:
-                opened = bool(reader.decrypt(""))  # encrypted with an empty user password: it opens for reading
-            except (DependencyError, NotImplementedError):
-                opened = False
-            if not opened:
-                raise SkipFile("not a readable PDF: it is encrypted (it needs a password)")
+        reader = open_pdf(data)
+        if reader is None:
+            raise SkipFile("not a readable PDF: it is encrypted (it needs a password)")
         pages = list(reader.pages)
     except SkipFile:
         raise

@@ -14,9 +14,12 @@ import logging
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-__all__ = ["DocumentKind", "DocumentText", "detect_document", "extract_text"]
+if TYPE_CHECKING:
+    from pypdf import PdfReader
+
+__all__ = ["DocumentKind", "DocumentText", "detect_document", "extract_text", "open_pdf"]
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +88,29 @@ def extract_text(data: bytes, kind: DocumentKind | None = None, *, max_pages: in
     return found
 
 
-def _pdf(data: bytes, max_pages: int) -> DocumentText:
+def open_pdf(data: bytes) -> PdfReader | None:
+    """A pypdf reader of ``data``, or None when it is encrypted with a password (an empty one is tried: such a
+    PDF opens for reading). A corrupt file raises what pypdf's parser raises."""
     from pypdf import PdfReader
-    from pypdf.errors import DependencyError, FileNotDecryptedError
+    from pypdf.errors import DependencyError
 
     reader = PdfReader(io.BytesIO(data))
     if reader.is_encrypted:
         try:
-            opened = bool(reader.decrypt(""))  # a PDF encrypted with an empty user password opens for reading
+            opened = bool(reader.decrypt(""))
         except (DependencyError, NotImplementedError):
             opened = False
         if not opened:
-            return DocumentText("pdf", "", 0, ENCRYPTED)
+            return None
+    return reader
+
+
+def _pdf(data: bytes, max_pages: int) -> DocumentText:
+    from pypdf.errors import FileNotDecryptedError
+
+    reader = open_pdf(data)
+    if reader is None:
+        return DocumentText("pdf", "", 0, ENCRYPTED)
     try:
         total = len(reader.pages)
     except FileNotDecryptedError:
