@@ -244,12 +244,17 @@ class SpaceIndex:
             return rows
         return [row for row in rows if row.anchor == anchor or base_anchor(row.anchor) == base_anchor(anchor)]
 
+    async def progress_and_error(self) -> tuple[dict[str, Any] | None, str | None]:
+        """A running refresh's progress and the last refresh's error, from one read of the store's meta values
+        (what a search needs; :meth:`status` also counts files and chunks)."""
+        meta = await self.store.meta()
+        return _progress(meta), meta.get("error") or None
+
     async def status(self) -> SpaceStatus:
         """The space's committed version, counts, skipped files and any running refresh's progress."""
         meta = await self.store.meta()
         counts = await self.store.counts()
         chunks = counts.pop("chunks", 0)
-        progress = meta.get("progress")
         return SpaceStatus(
             space=self.name,
             version=int(meta.get("version", "0")),
@@ -258,9 +263,14 @@ class SpaceIndex:
             indexed_at=float(meta["indexed_at"]) if meta.get("indexed_at") else None,
             embedder=meta.get("embedder"),
             error=meta.get("error") or None,
-            progress=json.loads(progress) if progress else None,
+            progress=_progress(meta),
             skipped=await self.store.skipped(),
         )
+
+
+def _progress(meta: dict[str, str]) -> dict[str, Any] | None:
+    progress = meta.get("progress")
+    return dict(json.loads(progress)) if progress else None
 
 
 def _single(rankings: Sequence[Sequence[str]]) -> dict[str, float]:

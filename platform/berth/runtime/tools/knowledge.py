@@ -41,14 +41,15 @@ async def search_spaces(
     ready: list[SpaceIndex] = []
     for index in spaces:
         index.check_soon()  # picks up changed files in the background; this version answers now
-        if not await index.wait_first_index(index.first_index_wait_s):
-            progress = (await index.status()).progress or {}
+        indexed = await index.wait_first_index(index.first_index_wait_s)
+        progress, error = await index.progress_and_error()
+        if not indexed:
+            progress = progress or {}
             notes.append(
                 f"space '{index.name}' is still being indexed "
                 f"({progress.get('files_done', 0)}/{progress.get('files_total', '?')} files); try again shortly"
             )
             continue
-        error = (await index.status()).error
         if error:
             notes.append(f"space '{index.name}' could not be (re-)indexed: {error}")
         ready.append(index)
