@@ -226,7 +226,7 @@ class SpaceIndex:
         if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
             vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
             rankings.append([str(i) for i in await self.store.nearest(vector, CANDIDATES)])
-        fused = fuse_rankings(rankings, k=DEFAULT_RRF_K) if len(rankings) > 1 else _single(rankings)
+        fused = fuse_rankings(rankings, k=DEFAULT_RRF_K)  # one ranking alone scores 1 / (k + rank) likewise
         best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
         rows = await self.store.chunk_rows(int(key) for key, _ in best)
         return [
@@ -271,12 +271,6 @@ class SpaceIndex:
 def _progress(meta: dict[str, str]) -> dict[str, Any] | None:
     progress = meta.get("progress")
     return dict(json.loads(progress)) if progress else None
-
-
-def _single(rankings: Sequence[Sequence[str]]) -> dict[str, float]:
-    if not rankings:
-        return {}
-    return {key: 1.0 / (DEFAULT_RRF_K + rank) for rank, key in enumerate(rankings[0], start=1)}
 
 
 def snippet(text: str, query: str, width: int = 240) -> str:
