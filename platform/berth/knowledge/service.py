@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from berth.config.models.assembly import KnowledgeConfig
 from berth.knowledge.indexers import as_indexer
 from berth.knowledge.space import SpaceIndex
 from berth.knowledge.sqlite_store import SqliteSpaceStore
@@ -23,7 +24,6 @@ from berth.runtime.memory import Embedder, HashedNgramEmbedder
 if TYPE_CHECKING:
     from berth.bundle.knowledge import KnowledgeSpace
     from berth.config import Configuration
-    from berth.config.models.assembly import KnowledgeConfig
 
 __all__ = ["KnowledgeService", "knowledge_root"]
 
@@ -59,8 +59,6 @@ class KnowledgeService:
         """
         :param stores: opens a space's store (default: a SQLite file under ``root``).
         """
-        from berth.config.models.assembly import KnowledgeConfig
-
         self.root = root
         self.stores: SpaceStoreFactory = stores or self.sqlite_store
         self.embedder = embedder if embedder is not None else HashedNgramEmbedder()
