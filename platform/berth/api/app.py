@@ -89,6 +89,7 @@ def create_app(
                     yield
                 finally:
                     governing.cancel()
+                    governor.stop()
         finally:
             await host.stop()
 

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from berth.api.sse import HEARTBEAT, TurnEventLog, encode_frame, parse_last_event_id
 from berth.runtime.events import TurnEvent
@@ -15,6 +22,43 @@ def delta(text: str) -> TurnEvent:
 def test_frames_carry_ids_of_the_turn_and_its_sequence() -> None:
     data = '{"channel":"answer","instance":1,"marker":"answer","text":"hé"}'
     assert encode_frame("turn_1:3", delta("hé")) == f"id: turn_1:3\nevent: channel.delta\ndata: {data}\n\n".encode()
+
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | FINITE | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def data_line(frame: bytes) -> str:
+    """The JSON of a frame's ``data`` line."""
+    lines = frame.decode().split("\n")
+    assert lines[-2:] == ["", ""], "a frame ends with a blank line"
+    (data,) = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    return data
+
+
+@given(st.dictionaries(st.text(max_size=12), JSON_VALUES, max_size=6))
+def test_any_json_payload_reads_back_as_the_standard_library_encodes_it(data: dict[str, Any]) -> None:
+    line = data_line(encode_frame("turn_1:1", TurnEvent("notice", data)))
+    assert "\n" not in line, "one data line: newlines inside strings are escaped"
+    assert json.loads(line) == json.loads(json.dumps(data, ensure_ascii=False))
+
+
+@dataclass
+class Point:
+    x: int
+
+
+def test_keys_that_are_not_strings_and_values_json_cannot_hold_go_through_str() -> None:
+    at = datetime(2026, 11, 26, 16, 30, tzinfo=UTC)
+    event = TurnEvent("notice", {"at": at, 3: "three", "point": Point(1), "text": "naïve ✓", "n": float("inf")})
+    line = data_line(encode_frame("turn_1:1", event))
+    # A number JSON cannot hold is null (the standard library wrote Infinity, which a browser's JSON.parse rejects).
+    assert json.loads(line) == {"at": str(at), "3": "three", "point": "Point(x=1)", "text": "naïve ✓", "n": None}
+    assert "naïve ✓" in line, "text is written as UTF-8, not as \\u escapes"
 
 
 def test_every_frame_ready_is_handed_over_in_one_piece_and_a_resume_starts_after_the_last_seen() -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import math
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -100,6 +103,25 @@ def test_any_text_embeds_to_a_unit_or_zero_vector(text: str) -> None:
     norm = cosine(vector, vector)
     assert len(vector) == EMBEDDER.dimensions
     assert norm == 0.0 or abs(norm - 1.0) < 1e-9
+
+
+def reference_embedding(text: str, dimensions: int = 256) -> list[float]:
+    """The hashed n-gram embedding by its definition, one feature at a time: each word adds +-1 to the bucket
+    BLAKE2b picks for it, each of its boundary-marked 3- and 4-grams +-0.5; the sum is scaled to unit length."""
+    vector = [0.0] * dimensions
+    for word in re.findall(r"\w+", text.lower()):
+        marked = f"<{word}>"
+        grams = [marked[i : i + size] for size in (3, 4) for i in range(max(len(marked) - size + 1, 1))]
+        for feature, weight in [("w:" + word, 1.0), *(("g:" + gram, 0.5) for gram in grams)]:
+            digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+            vector[int.from_bytes(digest[:4], "little") % dimensions] += weight if digest[4] & 1 else -weight
+    norm = math.sqrt(sum(value * value for value in vector))
+    return [value / norm for value in vector] if norm else vector
+
+
+@given(st.text(max_size=200))
+def test_the_embedding_is_its_definition(text: str) -> None:
+    assert EMBEDDER.embed_one(text) == pytest.approx(reference_embedding(text), abs=1e-12)
 
 
 def test_reciprocal_rank_fusion_rewards_agreement() -> None:
