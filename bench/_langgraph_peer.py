@@ -9,9 +9,9 @@ it as Server-Sent Events (``sse-starlette``, as LangGraph's own server does): ea
 the tool's result as ``event: tool.result``, and ``event: turn.done`` at the end.
 
 The model is instant and scripted like Berth's in the same run: its first call in a turn asks for the tool
-(``greet``, answering like the ``hello`` bundle's ``hello.greet``), its second streams the same answer text in
-chunks of the same size. It decides from the messages (a tool result last → answer), so concurrent turns never
-take each other's responses.
+(``greet``: the ``hello`` bundle's ``hello.greet``, the same plain ``def``, so both frameworks run it on a worker
+thread, as each runs a synchronous tool), its second streams the same answer text in chunks of the same size. It
+decides from the messages (a tool result last → answer), so concurrent turns never take each other's responses.
 """
 
 from __future__ import annotations
@@ -86,9 +86,10 @@ class ScriptedToolModel(BaseChatModel):
 
 
 @tool
-async def greet(name: str) -> str:
-    """Greet someone by name."""
-    return f"Hello, {name}!"
+def greet(name: str, language: str = "en") -> str:
+    """Greet someone by name (``language``: ISO 639-1 code of the greeting's language: en, fr, de, es)."""
+    words = {"en": "Hello", "fr": "Bonjour", "de": "Hallo", "es": "Hola"}
+    return f"{words.get(language, words['en'])}, {name}!"
 
 
 def build_agent(builder: str, checkpointer: AsyncSqliteSaver) -> Any:
