@@ -25,6 +25,7 @@ from berth.bundle import (
     Widget,
 )
 from berth.hooks import hookimpl
+from berth.tools.calls import ToolCall, current_call
 from berth.tools.contributions import BundleTools, McpServer, ToolPack
 from berth.tools.spec import tool
 
@@ -41,9 +42,11 @@ __all__ = [
     "McpServer",
     "Skill",
     "SourceTree",
+    "ToolCall",
     "ToolPack",
     "Widget",
     "__version__",
+    "current_call",
     "hookimpl",
     "tool",
 ]

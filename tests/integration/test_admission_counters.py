@@ -18,8 +18,8 @@ from berth.config.models.gateway import GatewayDescriptor
 from berth.gateway.counters import AdmissionCounters, CountersUnavailableError, MemoryCounters
 from berth.gateway.rate import MICROS_PER_SECOND, RateLimit, admit
 from berth.gateway.redis_counters import RedisCounters
+from berth.testing.redis import test_redis_url
 
-REDIS_URL = "redis://127.0.0.1:6379/12"
 KINDS = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
 
 
@@ -39,7 +39,7 @@ async def counters_of(kind: str, clock: Callable[[], int], *, lease_s: float = 6
     if kind == "memory":
         yield MemoryCounters(clock)
         return
-    client = aioredis.from_url(REDIS_URL)
+    client = aioredis.from_url(test_redis_url())
     counters = RedisCounters(client, prefix=f"test:{secrets.token_hex(6)}:", lease_s=lease_s, clock=clock)
     try:
         yield counters
@@ -52,7 +52,7 @@ async def counters_of(kind: str, clock: Callable[[], int], *, lease_s: float = 6
 async def two_workers(clock: Clock, lease_s: float = 60) -> AsyncIterator[tuple[RedisCounters, RedisCounters]]:
     """Two workers' counters on one Redis, under one prefix."""
     prefix = f"test:{secrets.token_hex(6)}:"
-    clients = [aioredis.from_url(REDIS_URL) for _ in range(2)]
+    clients = [aioredis.from_url(test_redis_url()) for _ in range(2)]
     workers = [RedisCounters(c, prefix=prefix, lease_s=lease_s, clock=clock) for c in clients]
     try:
         yield workers[0], workers[1]
@@ -136,7 +136,7 @@ async def test_a_dead_workers_leases_expire_and_a_live_ones_are_renewed() -> Non
 
 @pytest.mark.redis
 async def test_redis_time_is_the_clock_when_none_is_given() -> None:
-    client = aioredis.from_url(REDIS_URL)
+    client = aioredis.from_url(test_redis_url())
     counters = RedisCounters(client, prefix=f"test:{secrets.token_hex(6)}:")
     try:
         limit = RateLimit(per_minute=1, burst=1)

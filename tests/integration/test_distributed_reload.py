@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 import yaml
 
 from berth.host.broadcast import WorkerReport, read_worker_reports
+from berth.testing.redis import test_redis_url
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.usefixtures("clean_berth_env")]
 
-REDIS_URL = "redis://127.0.0.1:6379/13"
 BERTH = str(Path(sys.executable).parent / "berth")
 
 BUNDLE = '''
@@ -60,7 +60,7 @@ def descriptors(tmp_path: Path, database: str) -> Path:
         "redis": {"url": "secret:redis_url"},
     }
     (root / "assembly.yaml").write_text(yaml.safe_dump({"platform": {"storage": storage}}))
-    (root / "secrets.yaml").write_text(yaml.safe_dump({"redis_url": REDIS_URL}))
+    (root / "secrets.yaml").write_text(yaml.safe_dump({"redis_url": test_redis_url()}))
     (root / "bundles.yaml").write_text(yaml.safe_dump({"bundles": {"alpha": {"source": {"path": str(bundle)}}}}))
     return root
 
@@ -92,7 +92,7 @@ def workers(descriptors: Path) -> Iterator[list[subprocess.Popen[str]]]:
 
 
 async def reports_until(condition: object, timeout_s: float = 20.0) -> list[WorkerReport]:
-    client = aioredis.from_url(REDIS_URL)
+    client = aioredis.from_url(test_redis_url())
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -148,7 +148,7 @@ async def test_a_failed_reload_keeps_every_worker_serving_and_reports_the_error(
 ) -> None:
     await reports_until(lambda rs: len(rs) == 2)
     (descriptors.parent / "alpha" / "__init__.py").write_text("def broken(:\n")
-    client = aioredis.from_url(REDIS_URL)
+    client = aioredis.from_url(test_redis_url())
     try:
         await client.publish("berth:bundles:reload", '{"bundle_id": "alpha", "origin": "test"}')
     finally:

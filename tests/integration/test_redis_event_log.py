@@ -12,15 +12,15 @@ import redis.asyncio as aioredis
 from berth.api.redis_events import RedisTurnEventLog
 from berth.api.sse import HEARTBEAT, TurnEventLog
 from berth.runtime.events import TurnEvent
+from berth.testing.redis import test_redis_url
 
 pytestmark = pytest.mark.redis
-REDIS_URL = "redis://127.0.0.1:6379/12"
 
 
 @pytest.fixture
 async def clients() -> AsyncIterator[tuple[aioredis.Redis, aioredis.Redis]]:
     """Two connections, as two workers would have."""
-    writer, reader = aioredis.from_url(REDIS_URL), aioredis.from_url(REDIS_URL)
+    writer, reader = aioredis.from_url(test_redis_url()), aioredis.from_url(test_redis_url())
     yield writer, reader
     await writer.aclose()
     await reader.aclose()

@@ -6,6 +6,12 @@ stream position: resuming after ``Last-Event-ID: <turn_id>:<n>`` is ``XREAD`` fr
 and no duplicate whichever worker the client reconnects to. Closing adds an end marker (entry
 ``<last seq>-1``). Every write renews the key's expiry, so buffers of finished (or abandoned) turns go away
 by themselves after :data:`EVENTS_TTL_S`.
+
+A sequence number is never given to two different events, even when Redis loses what it held (restarted without
+its data, or with an append-only file that missed the last second): each attempt at a turn numbers its events in
+an epoch of its own (attempt ``k`` from ``(k - 1) * EPOCH_SEQS + 1``, :func:`epoch_floor`), above every number an
+earlier attempt can have handed out, and what ends a turn without running it numbers after the last attempt's
+epoch. A client that resumes from a number of an earlier attempt reads on from the next event stored.
 """
 
 from __future__ import annotations
@@ -21,12 +27,29 @@ from berth.api.sse import HEARTBEAT, encode_frame
 from berth.distributed.redis_client import let_finish
 from berth.runtime.events import TurnEvent
 
-__all__ = ["EVENTS_TTL_S", "RedisTurnEventLog"]
+__all__ = ["EPOCH_SEQS", "EVENTS_TTL_S", "RedisTurnEventLog", "epoch_floor", "last_position"]
 
 log = logging.getLogger(__name__)
 
 EVENTS_TTL_S = 3600
 """How long a turn's events stay replayable after its last event."""
+
+EPOCH_SEQS = 1_000_000_000
+"""Sequence numbers each attempt at a turn has to itself (far more events than one attempt emits)."""
+
+
+def epoch_floor(attempts: int) -> int:
+    """The number after which the events of epoch ``attempts`` begin: attempt ``k`` of a turn writes in epoch
+    ``k - 1``; a writer that ends a turn its ``k`` attempts left unfinished writes in epoch ``k``."""
+    return max(attempts, 0) * EPOCH_SEQS
+
+
+def last_position(entry_id: Any) -> tuple[int, bool]:
+    """The sequence number of a stream entry id (``<seq>-0`` an event, ``<seq>-1`` the end marker) and whether
+    it is the end marker."""
+    seq, _, part = (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)).partition("-")
+    return int(seq), part == "1"
+
 
 _FRAME = b"f"
 _END = b"end"
@@ -75,16 +98,21 @@ class RedisTurnEventLog:
         """Whether Redis still holds the turn's events (they expire :data:`EVENTS_TTL_S` after the last one)."""
         return bool(await self._client.exists(self._key))
 
-    async def take_over(self) -> None:
+    async def take_over(self, floor: int = 0) -> None:
         """Continue a log another writer began (a worker resuming a turn whose worker died): the next event
-        follows the last one stored, so a client's resume position stays valid."""
+        follows the last one stored and ``floor`` (this writer's epoch: :func:`epoch_floor`), so a client's resume
+        position stays valid and no number is handed out twice, whatever Redis lost."""
         last: Any = await self._client.xrevrange(self._key, count=3)
+        stored = 0
         if last:
-            entry_id = last[0][0]
-            seq, _, part = (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)).partition("-")
-            self._count = int(seq)
-            self._closed = part == "1"
+            stored, self._closed = last_position(last[0][0])
             self.ended = _holds_end(last)
+        self._count = max(stored, floor)
+
+    async def last_seq(self) -> int | None:
+        """The sequence number of the last event stored (or of the end marker); None when Redis holds no log."""
+        last: Any = await self._client.xrevrange(self._key, count=1)
+        return last_position(last[0][0])[0] if last else None
 
     async def holds_end(self) -> bool:
         """Whether the turn's end (``turn.completed`` or ``turn.failed``) is among the last events stored."""

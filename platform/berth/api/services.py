@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 from berth.api.admission import Admission, TurnAdmission
 from berth.api.errors import ApiError, not_found
 from berth.api.metrics import Metrics
-from berth.api.redis_events import RedisTurnEventLog
+from berth.api.redis_events import RedisTurnEventLog, epoch_floor
 from berth.api.sse import HEARTBEAT, TurnEventLog, encode_frame
 from berth.api.titling import ConversationTitler
 from berth.config import ConfigError, Configuration
@@ -539,24 +539,41 @@ class HostServices:
                 running.task.cancel()
             return was_running
         assert self.store is not None
-        handle = self.store.conversation(scope)
         try:
-            record = (await handle.read_turn_log(turn_id)).turn
+            record = (await self.store.conversation(scope).read_turn_log(turn_id)).turn
         except StorageError:
             raise not_found(f"turn {turn_id}") from None
-        if record.state == "accepted":  # still queued: end it here, unless a worker begins it first
-            await handle.end_unstarted_turn(turn_id, state="cancelled", ended_at=datetime.now(UTC))
-            if (await handle.read_turn_log(turn_id)).turn.state == "cancelled":
-                events = self.distributed.event_log(turn_id)
-                await events.take_over()
-                if not events.closed:
-                    await events.append(TurnEvent("turn.failed", {"code": "cancelled", "message": CANCELLED_WAITING}))
-                    await events.close()
-                return True
-        elif record.state != "running":
+        if record.state == "running":  # a live worker ends it (its commit records the cancel) when it answers
+            reply = await self.distributed.control.send(turn_id, {"kind": "cancel"})
+            if reply is not None:
+                return bool(reply.get("cancelled"))
+        elif record.state != "accepted":
             return False
-        reply = await self.distributed.control.send(turn_id, {"kind": "cancel"})
-        return bool(reply and reply.get("cancelled"))
+        # Still queued, or no worker answers (it died, or the turn waits to be taken over): end it in the store,
+        # whoever owns it; a worker that still runs it is refused at its next write.
+        message = CANCELLED_WAITING if record.state == "accepted" else "the turn was cancelled while no worker ran it"
+        attempts = await self.distributed.claims.end_turn(
+            scope, turn_id, state="cancelled", code="cancelled", error=message
+        )
+        if attempts is None:
+            return False
+        await self.tell_stored_end(scope, turn_id, attempts=attempts)
+        return True
+
+    async def tell_stored_end(self, scope: ConversationScope, turn_id: str, *, attempts: int | None = None) -> None:
+        """Distributed mode: end the event log of a turn that has ended with its stored end, unless the log holds
+        an end already (its worker died between the commit and the end event; it was parked, cancelled or ended
+        by an operator). The end is numbered after every attempt's epoch (``attempts``: read from the store when
+        not given), so no client's position is reused."""
+        assert self.distributed is not None and self.store is not None
+        if attempts is None:
+            attempts = (await self.store.conversation(scope).read_turn_log(turn_id)).turn.attempts
+        events = self.distributed.event_log(turn_id)
+        await events.take_over(epoch_floor(attempts))
+        if not events.closed:
+            if not events.ended:
+                await events.append(await self.stored_turn_end(scope, turn_id))
+            await events.close()
 
     async def file_source(self, scope: ConversationScope, path: str, *, filename: str, mime: str) -> FileSource:
         """Where a committed file of the conversation is read from: its bytes, an object store's stream, or a
@@ -779,12 +796,14 @@ class HostServices:
         records it, so no client waits for an end that will never come."""
         last = after
         marker = f"id: {turn_id}:".encode()
-        told_end = False
+        told_end = past_end = False
         async for chunk in events.frames(after, heartbeat_s=REDIS_HEARTBEAT_S):
-            if chunk == HEARTBEAT and not await events.exists():
+            # While idle: has Redis lost the log, or the part of it this client has read (so nothing may come)?
+            if chunk == HEARTBEAT and ((stored := await events.last_seq()) is None or stored < last):
                 assert self.store is not None
                 record = (await self.store.conversation(scope).read_turn_log(turn_id)).turn
                 if record.state not in ("accepted", "running"):
+                    past_end = True
                     break
             at = chunk.rfind(marker)
             if at >= 0:
@@ -792,7 +811,9 @@ class HostServices:
                 last = int(chunk[at + len(marker) : end])
             told_end = told_end or b"event: turn.completed\n" in chunk or b"event: turn.failed\n" in chunk
             yield chunk
-        if not told_end and not await events.holds_end():  # a worker died between the commit and the end event
+        # The stored end, unless the client has had it: a worker died between the commit and the end event, or
+        # the log ends before the client's position (Redis lost it after the client read it).
+        if not told_end and (past_end or not await events.holds_end()):
             yield encode_frame(f"{turn_id}:{last + 1}", await self.stored_turn_end(scope, turn_id))
 
     async def stored_turn_end(self, scope: ConversationScope, turn_id: str) -> TurnEvent:
@@ -826,9 +847,9 @@ class HostServices:
             return TurnEvent(
                 "turn.completed", {"turn_id": turn_id, "outcome": outcome, "answer": answer, "replayed": True}
             )
-        return TurnEvent(
-            "turn.failed", {"code": record.state, "message": f"the turn {record.state}", "turn_id": turn_id}
-        )
+        code = record.exit_reason if record.state == "failed" and record.exit_reason else record.state
+        message = record.error or f"the turn {record.state}"
+        return TurnEvent("turn.failed", {"code": code, "message": message, "turn_id": turn_id})
 
     async def _stored_answer(
         self, scope: ConversationScope, turn_id: str, sources: Sequence[SourceRecord]

@@ -15,6 +15,7 @@ from berth.cli.knowledge import knowledge_group
 from berth.cli.migrate import migrate_command
 from berth.cli.plugins import plugins_group
 from berth.cli.serve import chat, run
+from berth.cli.turns import turns_group
 from berth.cli.usage import usage_command
 from berth.cli.worker import worker
 
@@ -35,6 +36,7 @@ cli.add_command(chat)
 cli.add_command(usage_command)
 cli.add_command(knowledge_group)
 cli.add_command(migrate_command)
+cli.add_command(turns_group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

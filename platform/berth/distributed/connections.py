@@ -26,6 +26,8 @@ class DistributedConnections:
     artifacts: S3Artifacts | LocalArtifacts
     pool_min: int = 1
     pool_max: int = 10
+    retry_budget_s: float = 60.0
+    """How long a PostgreSQL operation whose connection drops, or cannot be opened, goes on retrying."""
     artifact_store: ArtifactStore | None = None
     """The store built for ``artifacts`` (by :func:`distributed_backend`); the backend closes it."""
 
@@ -50,6 +52,7 @@ class DistributedConnections:
             artifacts=storage.artifacts,
             pool_min=storage.postgres.pool_min,
             pool_max=storage.postgres.pool_max,
+            retry_budget_s=storage.postgres.retry_budget_s,
         )
 
 

@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
-from berth.api.redis_events import RedisTurnEventLog
+from berth.api.redis_events import RedisTurnEventLog, epoch_floor
 from berth.api.services import HostServices, RunningTurn, live_event_data
+from berth.config.models.assembly import DistributedStorage
 from berth.distributed.control import decode_attachments
 from berth.distributed.queue import QueueEntry
 from berth.distributed.requests import TurnRequest
@@ -22,13 +23,21 @@ from berth.logs import bound
 from berth.runtime.events import TurnEvent
 from berth.runtime.live import LiveEvent, LiveInboxClosedError
 from berth.runtime.loop import TurnInput
+from berth.storage.claims import ParkedTurn
 from berth.storage.conversations import StorageError, TurnLog
 from berth.storage.scope import ConversationScope
-from berth.usage import TurnUsageMeter
 
 __all__ = ["QueuedTurnRunner"]
 
 log = logging.getLogger(__name__)
+
+
+class _AttemptFailedError(Exception):
+    """An attempt at a turn raised ``error`` (the turn goes back to the queue)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class QueuedTurnRunner:
@@ -39,43 +48,68 @@ class QueuedTurnRunner:
             raise RuntimeError("queued turns need distributed storage (platform.storage.kind: distributed)")
         self.services = services
         self.distributed = services.distributed
+        storage = services.config.settings_for().storage
+        assert isinstance(storage, DistributedStorage)
+        self.max_attempts = storage.max_turn_attempts
+        """Attempts a turn gets before it is parked (``platform.storage.max_turn_attempts``)."""
 
-    async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere"]:
+    async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere", "retry"]:
         """Worker side: claim a queued turn and run it to its commit.
 
-        Returns ``ran``; ``ended`` when there was nothing to run (the turn had ended, or never existed): its entry
-        is done; ``elsewhere`` when another live process runs it (it always did, or took it over while it ran
-        here because this process lost its owner lock): the entry is that process's to finish.
+        Returns ``ran``; ``ended`` when there was nothing to run (the turn had ended, never existed, or was parked
+        after too many attempts): its entry is done; ``elsewhere`` when another live process runs it (it always did,
+        or took it over while it ran here because this process lost its owner lock): the entry is that process's to
+        finish; ``retry`` when this attempt failed and the turn went back to the queue: the entry is left pending,
+        so a worker takes it again after the lease, and nobody was told the turn failed.
 
         A turn another live process runs is left to it; a turn that has ended needs nothing (its event log is
         closed, should its worker have died between the commit and closing it). A turn whose worker died is
-        resumed after its last logged round.
+        resumed after its last logged round. Each claim is one attempt; the claim after ``max_turn_attempts``
+        parks the turn (stored ``failed``, ``turn_poisoned``) and tells its clients so.
         """
         parts = self.distributed
         try:
-            claimed = await parts.claims.claim_turn(entry.scope, entry.turn_id)
+            claimed = await parts.claims.claim_turn(entry.scope, entry.turn_id, max_attempts=self.max_attempts)
         except StorageError as error:
             if error.code in ("turn_owned", "turn_not_found"):
                 log.info("queued turn %s is not this worker's to run: %s", entry.turn_id, error.message)
                 return "elsewhere" if error.code == "turn_owned" else "ended"
             raise
-        events = parts.event_log(entry.turn_id)
-        await events.take_over()
-        if claimed is None:  # its worker died after the commit: its clients may not have heard the end yet
-            if not events.closed:
-                if not events.ended:
-                    await events.append(await self.services.stored_turn_end(entry.scope, entry.turn_id))
-                await events.close()
+        if claimed is None or isinstance(claimed, ParkedTurn):
+            if isinstance(claimed, ParkedTurn):
+                log.error("turn %s parked after %d attempts: %s", entry.turn_id, claimed.attempts, claimed.error)
+                await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
+            await self.services.tell_stored_end(entry.scope, entry.turn_id)
             return "ended"
+        events = parts.event_log(entry.turn_id)
+        await events.take_over(epoch_floor(claimed.attempt - 1))
         request = TurnRequest.from_bytes(claimed.request)
         if request.tenant_lease:
             await self.services.admission.adopt_lease(entry.scope.tenant, entry.turn_id)
+        kept = True
         try:
             kept = await self._run_claimed(entry, claimed.log, request, events)
+        except _AttemptFailedError as failed:
+            return await self._after_failed_attempt(entry, failed.error)
         finally:
-            if request.tenant_lease:
+            if request.tenant_lease and kept:
                 await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
         return "ran" if kept else "elsewhere"
+
+    async def _after_failed_attempt(self, entry: QueueEntry, error: BaseException) -> Literal["ended", "retry"]:
+        """An attempt at a turn raised: give the turn back to the queue with the error (another attempt follows
+        after the lease, until the attempts run out), or, when it ended meanwhile (an operator ended it), tell its
+        clients how it ended."""
+        reason = f"{type(error).__name__}: {error}"
+        log.error("attempt at turn %s failed; it goes back to the queue", entry.turn_id, exc_info=error)
+        try:
+            released = await self.distributed.claims.release_turn(entry.scope, entry.turn_id, error=reason)
+            if not released:
+                await self.services.tell_stored_end(entry.scope, entry.turn_id)
+                return "ended"
+        except Exception:  # the store is out of reach past its retries: the lease hands the turn on regardless
+            log.warning("could not give turn %s back to the queue", entry.turn_id, exc_info=True)
+        return "retry"
 
     async def _run_claimed(
         self, entry: QueueEntry, turn_log: TurnLog, request: TurnRequest, events: RedisTurnEventLog
@@ -104,7 +138,7 @@ class QueuedTurnRunner:
                 running.ended.set()
             await running.log.append(event)
 
-        titled = False
+        titled = attempt_failed = False
         running.task = asyncio.current_task()
         control = self.distributed.control
         try:
@@ -133,18 +167,23 @@ class QueuedTurnRunner:
                     titled = True
         except StorageError as lost:
             if lost.code != "turn_owned":
-                await self._report_failure(running, meter, lost)
-                return True
+                attempt_failed = True
+                raise _AttemptFailedError(lost) from lost
             log.warning("turn %s was taken over by another worker; it goes on there", turn_id)
             titled = True  # the log is the new owner's to write and close
             return False
         except Exception as exc:
-            await self._report_failure(running, meter, exc)
+            attempt_failed = True
+            raise _AttemptFailedError(exc) from exc
         finally:
             running.inbox.close()
             running.ended.set()
             running.task = None
-            if not titled:
+            if meter is not None:
+                await self.services.settle_usage(meter)  # what this attempt spent; settling again adds nothing
+            if attempt_failed:  # the next attempt goes on with the log; nobody was told the turn failed
+                await events.flush()
+            elif not titled:
                 await running.log.close()
             self.services.turns.pop(turn_id, None)
         return True
@@ -157,16 +196,6 @@ class QueuedTurnRunner:
             await self.services.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
         except Exception:
             log.warning("could not update conversation %s in the list", scope.conversation_id, exc_info=True)
-
-    async def _report_failure(self, running: RunningTurn, meter: TurnUsageMeter | None, exc: BaseException) -> None:
-        """A turn failed in this worker: record it (if it never began), store its usage, tell its clients."""
-        log.error("turn %s failed", running.turn_id, exc_info=exc)
-        await self.services.end_unstarted(running.scope, running.turn_id, "failed")
-        if meter is not None:
-            await self.services.settle_usage(meter)
-        await running.log.append(
-            TurnEvent("turn.failed", {"code": "internal_error", "message": f"the turn failed: {type(exc).__name__}"})
-        )
 
     async def _handle_control(self, running: RunningTurn, message: dict[str, Any]) -> dict[str, Any]:
         """Worker side: a cancel, follow-up or steer an API process sent to the turn ``running``."""

@@ -201,6 +201,7 @@ class TurnRunner:
         if turn.resume is not None and resumed:
             head, logged_rounds = recorder.resume(turn.resume)
             timeline.contribute(*head, *(block for entry in logged_rounds for block in entry))
+            state.continue_numbering(block for entry in logged_rounds for block in entry)
             resumed_rounds = sum(1 for entry in logged_rounds if not _live_only(entry))
         else:
             await prepare_attachments(turn.attachments)  # documents' text, extracted off the loop

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from berth.bundle.skills import Skill
 from berth.runtime.turn import TurnState
+from berth.tools.calls import ToolCall, calling
 from berth.tools.spec import ToolSpec
 
 ToolRunner = Callable[[BaseModel, TurnState], Awaitable[Any]]
@@ -77,7 +78,10 @@ def function_tool(tool_id: str, spec: ToolSpec) -> RuntimeTool:
     """Wrap a ``@tool`` function (bundle or tool pack) as a runtime tool."""
 
     async def run(params: BaseModel, state: TurnState) -> Any:
-        return await spec.call(params)  # validated by the caller, which also applies the tool's timeout
+        scope = state.scope
+        call = ToolCall(scope.tenant, scope.project, scope.conversation_id, state.turn_id, state.current_call_id or "")
+        with calling(call):  # copied into the tool's thread, or its generation's loop, as the call starts
+            return await spec.call(params)  # validated by the caller, which also applies the tool's timeout
 
     return RuntimeTool(
         tool_id=tool_id,

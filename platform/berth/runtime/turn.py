@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -37,6 +38,12 @@ class BundleView:
     def knowledge_spaces(self) -> tuple[str, ...]:
         """The names of the bundle's knowledge spaces, sorted."""
         return tuple(sorted(self.knowledge))
+
+
+_numbered_call = re.compile(r"\.c(\d+)(?=\.|$)")
+"""A call number in a logical path: ``tc:<turn>.c3.call``, ``ar:<turn>.react.thinking.c3``."""
+_plan_name = re.compile(r"react\.plan\.(?:ack\.)?([^.]+)$")
+"""A plan id at the end of a plan block's path: ``ar:<turn>.react.plan.<plan_id>``."""
 
 
 @dataclass
@@ -79,6 +86,28 @@ class TurnState:
     def now(self) -> datetime:
         """The current UTC time (injectable for tests)."""
         return self.clock()
+
+    def continue_numbering(self, logged: Iterable[Block]) -> None:
+        """Number the next calls and plans after those of ``logged``: the rounds a resumed turn's log holds.
+
+        A turn taken over from a worker that died goes on with ``c4`` after its logged ``c3``, never ``c1`` again,
+        so no logical path (``tc:<turn>.c1.call``, ``ar:<turn>.react.thinking.c1``) is stored twice and a tool's
+        idempotency key (turn id + call id) names one call.
+        """
+        plan_prefix = f"{self.turn_id.removeprefix('turn_')}p"
+        calls = plans = 0
+        for block in logged:
+            if block.turn_id != self.turn_id:
+                continue
+            if block.call_id is not None:
+                calls = max(calls, int(block.call_id.removeprefix("c")))
+            for number in _numbered_call.findall(block.path):
+                calls = max(calls, int(number))
+            for name in _plan_name.findall(block.path):
+                if name.startswith(plan_prefix) and name[len(plan_prefix) :].isdigit():
+                    plans = max(plans, int(name[len(plan_prefix) :]))
+        self._call_numbers = itertools.count(calls + 1)
+        self._plan_numbers = itertools.count(plans + 1)
 
     def next_call_id(self) -> str:
         """A call id unique within the turn (``c1``, ``c2``, …)."""

@@ -15,24 +15,43 @@ from typing import Protocol
 from berth.storage.conversations import BlockRecord, TurnLog, TurnState
 from berth.storage.scope import ConversationScope
 
-__all__ = ["ClaimedTurn", "TurnClaims", "UnfinishedTurn"]
+__all__ = ["POISONED", "ClaimedTurn", "ParkedTurn", "TurnClaims", "UnfinishedTurn"]
+
+POISONED = "turn_poisoned"
+"""The exit reason (and event code) of a turn parked after too many attempts."""
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimedTurn:
-    """A turn a worker now owns: its log so far (round 0 is its head) and the request it was accepted with."""
+    """A turn a worker now owns: its log so far (round 0 is its head), the request it was accepted with, and which
+    attempt this is (1 for the first worker to begin it)."""
 
     log: TurnLog
     request: bytes
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedTurn:
+    """A turn claimed once more than its attempts allow: the claim stored it ``failed`` (``turn_poisoned``)."""
+
+    attempts: int
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
 class UnfinishedTurn:
-    """A turn stored ``accepted`` or ``running`` that no live process runs (its owner is the queue, or gone)."""
+    """A turn stored ``accepted`` or ``running``: one no live process runs (its owner is the queue, or gone), or, in
+    an operator's listing (:meth:`TurnClaims.unfinished_turns`), any unfinished turn."""
 
     scope: ConversationScope
     turn_id: str
     state: TurnState
+    started_at: datetime | None = None
+    attempts: int = 0
+    error: str | None = None
+    owner_alive: bool = False
+    """Whether a live process owns it now (a turn running normally); False for one the queue or a dead owner holds."""
 
 
 class TurnClaims(Protocol):
@@ -53,13 +72,41 @@ class TurnClaims(Protocol):
         """
         ...
 
-    async def claim_turn(self, scope: ConversationScope, turn_id: str) -> ClaimedTurn | None:
-        """Make this store instance the turn's owner; return its log so far and its request.
+    async def claim_turn(
+        self, scope: ConversationScope, turn_id: str, *, max_attempts: int | None = None
+    ) -> ClaimedTurn | ParkedTurn | None:
+        """Make this store instance the turn's owner, counting one more attempt; return its log so far and its
+        request.
 
-        Returns None when the turn has ended (committed): there is nothing left to run.
+        Returns None when the turn has ended (committed): there is nothing left to run. When this claim would be
+        attempt ``max_attempts + 1``, the turn is parked instead: stored ``failed`` with exit reason
+        :data:`POISONED` and its last error, and a :class:`ParkedTurn` returned.
 
         :raises StorageError: ``turn_owned`` when a live process runs it; ``turn_not_found``.
         """
+        ...
+
+    async def release_turn(self, scope: ConversationScope, turn_id: str, *, error: str) -> bool:
+        """Give a turn this instance owns back to the queue after an attempt that failed, recording ``error``;
+        return whether it did (False when the turn has ended or another process owns it)."""
+        ...
+
+    async def end_turn(
+        self, scope: ConversationScope, turn_id: str, *, state: TurnState, code: str, error: str
+    ) -> int | None:
+        """Store an unfinished turn as ended (``failed`` or ``cancelled``, exit reason ``code``), whoever owns it;
+        return its attempts so far (the epoch its end event goes after), or None when it was not unfinished. A
+        worker still running it is refused at its next write."""
+        ...
+
+    async def retry_turn(self, scope: ConversationScope, turn_id: str) -> bool:
+        """Give an unfinished turn back to the queue with its attempts reset (an operator's retry); return whether
+        it was unfinished."""
+        ...
+
+    async def unfinished_turns(self) -> tuple[UnfinishedTurn, ...]:
+        """Every turn stored ``accepted`` or ``running``, oldest first, with its attempts and whether a live process
+        owns it (an operator's view)."""
         ...
 
     async def orphaned_turns(self, *, older_than_s: float) -> tuple[UnfinishedTurn, ...]:

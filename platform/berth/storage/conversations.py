@@ -139,6 +139,10 @@ class TurnRecord:
     rounds: int
     usage: TurnUsage = TurnUsage()
     exit_reason: str | None = None
+    attempts: int = 0
+    """How many times a worker began the turn (distributed storage; 0 elsewhere)."""
+    error: str | None = None
+    """Why its last attempt ended without it, or why it was parked (distributed storage)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +255,10 @@ class TurnCommit:
     title: str | None = None
     usage: TurnUsage = TurnUsage()
     exit_reason: str | None = None
+    attempts: int = 0
+    """How many times a worker began the turn (distributed storage; 0 elsewhere)."""
+    error: str | None = None
+    """Why its last attempt ended without it, or why it was parked (distributed storage)."""
 
 
 @dataclass(frozen=True, slots=True)

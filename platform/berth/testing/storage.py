@@ -4,7 +4,7 @@ A test module opts in with ``pytestmark = pytest.mark.usefixtures("storage_kind"
 once per kind (the ``distributed`` run carries the ``postgres`` and ``redis`` markers), and helpers that build a
 host read :func:`current_storage_kind` to choose. :func:`distributed_storage` makes the ``platform.storage``
 section of a distributed run: a scratch PostgreSQL database (migrated, dropped after) and an emptied Redis
-database (it needs the ``berth-postgres`` plugin).
+database of a server the test process started itself (it needs the ``berth-postgres`` plugin).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pytest
 
 __all__ = [
     "STORAGE_KINDS",
-    "TEST_REDIS_URL",
     "StorageKind",
     "current_storage_kind",
     "distributed_storage",
@@ -26,8 +25,6 @@ __all__ = [
 
 StorageKind: TypeAlias = Literal["embedded", "distributed"]
 
-TEST_REDIS_URL = "redis://127.0.0.1:6379/12"
-"""The Redis database distributed-mode tests use (emptied by each :func:`distributed_storage`)."""
 
 STORAGE_KINDS = (
     pytest.param("embedded", id="embedded"),
@@ -54,12 +51,16 @@ def storage_kind(request: pytest.FixtureRequest) -> Iterator[StorageKind]:
 
 
 @asynccontextmanager
-async def distributed_storage(redis_url: str = TEST_REDIS_URL) -> AsyncIterator[dict[str, Any]]:
+async def distributed_storage(redis_url: str | None = None) -> AsyncIterator[dict[str, Any]]:
     """The ``platform.storage`` section of a distributed test host: a scratch migrated database and an emptied
-    Redis database (both cleaned up after)."""
+    Redis database (both cleaned up after). The Redis is this test process's own
+    (:func:`~berth.testing.redis.test_redis_url`) unless ``redis_url`` names one the caller started."""
     import redis.asyncio as aioredis
     from berth_postgres.testing import async_scratch_database
 
+    from berth.testing.redis import test_redis_url
+
+    redis_url = redis_url or test_redis_url()
     client = aioredis.from_url(redis_url)
     try:
         await client.flushdb()

@@ -28,6 +28,7 @@ class PostgresStorageBackend:
             pool_max=connections.pool_max,
             queued=True,
             artifacts=connections.artifact_store,
+            retry_budget_s=connections.retry_budget_s,
         )
         self._memory: PostgresMemoryIndex | None = None
         self._meta: PostgresMetaStore | None = None
@@ -56,7 +57,9 @@ class PostgresStorageBackend:
         await self._conversations.open()
         try:
             pool = self._conversations.pool
-            self._memory, self._meta = PostgresMemoryIndex(pool=pool), PostgresMetaStore(pool=pool)
+            budget = self.connections.retry_budget_s
+            self._memory = PostgresMemoryIndex(pool=pool, retry_budget_s=budget)
+            self._meta = PostgresMetaStore(pool=pool, retry_budget_s=budget)
             await self._memory.open()
             await self._meta.open()
         except BaseException:

@@ -17,7 +17,9 @@ How writes stay atomic: each operation is one transaction. A commit locks the co
 (``SELECT … FOR UPDATE``) and checks the base version inside the transaction, so two commits to one
 conversation serialize and the second is refused (``conflicting_commit``) instead of half-applying. When
 the connection drops during an operation (``pg_terminate_backend``, a restarted server, a network cut), the
-transaction rolls back and the operation is retried on a fresh connection (up to three tries); a retry that finds its
+transaction rolls back and the operation is retried on a fresh connection, with backoff, for as long as the retry
+budget lasts (:mod:`berth_postgres.retrying`: 60 s by default, so a failover or a short outage makes a turn wait, not
+fail); a retry that finds its
 first attempt already landed (the reply was lost, not the write) returns what the first attempt did: a
 commit finds its turn committed at ``base_version + 1``, an accept or begin finds the turn in the state it
 wrote, an append finds the same blocks as the turn's last round.
@@ -60,7 +62,7 @@ import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth.config.errors import ConfigError
 from berth.storage.artifacts import ArtifactStore, artifact_key
-from berth.storage.claims import ClaimedTurn, UnfinishedTurn
+from berth.storage.claims import POISONED, ClaimedTurn, ParkedTurn, UnfinishedTurn
 from berth.storage.conversations import (
     BlockRecord,
     ConversationRecord,
@@ -78,7 +80,8 @@ from berth.storage.conversations import (
     TurnUsage,
 )
 from berth.storage.scope import ConversationScope, OwnerScope
-from berth_postgres.pool import ATTEMPTS, CONNECTION_LOST
+from berth_postgres.pool import CONNECTION_LOST, transaction_attempt
+from berth_postgres.retrying import DEFAULT_RETRY_BUDGET_S, RetryPolicy, connection_lost
 
 __all__ = ["REQUIRED_MIGRATIONS", "PostgresConversationHandle", "PostgresConversationStore"]
 
@@ -92,7 +95,7 @@ Connection = Any
 QUEUE_OWNER: Final = 0
 """The owner of a turn the queue holds (accepted, claimed by no worker yet); no advisory lock has this key."""
 
-REQUIRED_MIGRATIONS: Final = ("0001_conversations", "0004_queued_turns")
+REQUIRED_MIGRATIONS: Final = ("0001_conversations", "0004_queued_turns", "0006_turn_attempts")
 """The migrations (``berth_schema_migrations.version``) this store's queries need."""
 
 _CONNECTION_LOST: Final = CONNECTION_LOST
@@ -110,7 +113,7 @@ _SELECT_TURN: Final = (
     "SELECT turn_id, state, started_at, ended_at, generation, "
     + _ROUNDS
     + " AS rounds, input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, exit_reason,"
-    " committed FROM berth_turns turns WHERE " + _SCOPE
+    " committed, attempts, last_error FROM berth_turns turns WHERE " + _SCOPE
 )
 """The columns :func:`_turn_record` reads (a query adds its further conditions and order)."""
 
@@ -176,7 +179,19 @@ def _turn_record(row: Any) -> TurnRecord:
             cache_creation_input_tokens=row["cache_creation_input_tokens"],
         ),
         exit_reason=row["exit_reason"],
+        attempts=row["attempts"],
+        error=row["last_error"],
     )
+
+
+_ERROR_CHARS: Final = 2000
+"""The longest error text kept with a turn."""
+
+
+def _poisoned_reason(attempts: int, last_error: str | None) -> str:
+    """Why a turn is parked: how many attempts it had, and how the last one ended."""
+    how = f"its last attempt ended with: {last_error}" if last_error else "its worker stopped each time"
+    return f"the turn was begun {attempts} times without finishing ({how}); it will not be run again"
 
 
 def _row_scope(row: Any) -> ConversationScope:
@@ -679,6 +694,8 @@ class PostgresConversationStore:
     :param queued: queued mode (see the module's docstring): for distributed storage with a turn queue.
     :param artifacts: the object store for file bytes (uploaded before the commit, content-addressed); without
         one they are kept in ``berth_artifacts.data``.
+    :param retry_budget_s: how long an operation whose connection drops, or cannot be opened, goes on retrying
+        (:class:`~berth_postgres.retrying.RetryPolicy`) before it fails.
     """
 
     def __init__(
@@ -689,8 +706,11 @@ class PostgresConversationStore:
         pool_max: int = 10,
         queued: bool = False,
         artifacts: ArtifactStore | None = None,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
     ) -> None:
         self.dsn = dsn
+        self.retry = RetryPolicy(budget_s=retry_budget_s)
+        """How an operation whose connection drops or cannot be opened is retried (and the owner lock retaken)."""
         self.queued = queued
         self.artifacts = artifacts
         """Where file bytes go (S3, a folder); None keeps them in the database."""
@@ -723,8 +743,12 @@ class PostgresConversationStore:
 
     async def _take_owner_lock(self) -> None:
         """Hold this instance's owner lock on a connection of its own; take it again if that connection drops."""
-        connection = await asyncpg.connect(self.dsn)
-        await connection.execute("SELECT pg_advisory_lock($1)", self.owner_key)
+        connection = await asyncpg.connect(self.dsn, timeout=10)
+        try:
+            await connection.execute("SELECT pg_advisory_lock($1)", self.owner_key)
+        except BaseException:
+            connection.terminate()  # not left open behind a failed try
+            raise
         self._owner_connection = connection
         connection.add_termination_listener(self._owner_connection_lost)
 
@@ -737,16 +761,17 @@ class PostgresConversationStore:
     async def _retake_owner_lock(self) -> None:
         """Take the owner lock again (until it is held or the store closes). Until then other instances may take
         over this instance's turns; its writes to a turn taken over are refused (``turn_owned``)."""
-        delay = 0.05
+        retry = 0
         while self._pool is not None:
             try:
                 await self._take_owner_lock()
-                log.warning("owner lock of this store held again")
+                log.warning("owner lock of this store held again (after %d failed tries)", retry)
                 return
-            except (OSError, *_CONNECTION_LOST, asyncpg.PostgresError) as error:
-                log.warning("could not take the owner lock again (%s); retrying", error)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            except (*_CONNECTION_LOST, asyncpg.PostgresError) as error:
+                if retry == 0:
+                    log.warning("could not take the owner lock again (%s: %s); retrying", type(error).__name__, error)
+                await asyncio.sleep(self.retry.delay(retry))  # the stores' backoff, but with no budget: until held
+                retry += 1
 
     async def _check_schema(self) -> None:
         async with self._pool.acquire() as connection:
@@ -762,34 +787,31 @@ class PostgresConversationStore:
             )
 
     async def transaction(self, work: Callable[[Connection, bool], Awaitable[_T]]) -> _T:
-        """Run ``work(connection, retried)`` in one transaction; retry it (up to three tries) on a fresh connection
-        when the connection drops (the transaction rolled back, or committed with its reply lost: ``work`` checks
-        which when ``retried`` is true).
+        """Run ``work(connection, retried)`` in one transaction; when the connection drops or cannot be opened, run
+        it again on a fresh connection, with backoff and jitter, for as long as the retry budget lasts (the
+        transaction rolled back, or committed with its reply lost: ``work`` checks which when ``retried`` is true).
 
-        :raises StorageError: ``store_closed`` when the store is not open.
+        :raises StorageError: ``store_closed`` when the store is not open (or closes meanwhile).
+        :raises PostgresUnavailableError: when PostgreSQL did not come back within the budget.
         """
-        for attempt in range(ATTEMPTS):
+
+        async def attempt(retry: int, remaining_s: float) -> _T:
             pool = self._pool
             if pool is None:
                 raise StorageError("store_closed", "the conversation store is closed; open it before use")
+
+            async def once(connection: Connection) -> _T:
+                return await work(connection, retry > 0)
+
             try:
-                async with pool.acquire() as connection:
-                    try:
-                        async with connection.transaction():
-                            return await work(connection, attempt > 0)
-                    except asyncpg.InternalClientError:
-                        # A pooled connection the server ended while it sat idle can fail its next statement
-                        # with a protocol-state error instead of a connection error: drop it from the pool.
-                        connection.terminate()
-                        raise
-            except (*_CONNECTION_LOST, asyncpg.InternalClientError) as error:
-                if attempt == ATTEMPTS - 1:
-                    raise
-                log.warning("the PostgreSQL connection dropped (%s); retrying the operation", error)
-                # What ended one connection (a restarted server, a cut network) likely ended its idle siblings:
-                # the pool replaces each on its next acquire instead of handing out a dead one.
-                await pool.expire_connections()
-        raise AssertionError("unreachable")
+                return await transaction_attempt(pool, once, remaining_s)
+            except Exception as error:
+                if connection_lost(error) and (self._pool is not pool or pool.is_closing()):
+                    closed = "the conversation store was closed during the operation"
+                    raise StorageError("store_closed", closed) from error
+                raise
+
+        return await self.retry.run(attempt)
 
     async def recover_interrupted_turns(self) -> tuple[InterruptedTurn, ...]:
         """Record every turn left ``accepted`` or ``running`` by an owner that is gone as ``interrupted``;
@@ -838,16 +860,21 @@ class PostgresConversationStore:
             raise RuntimeError("accept_queued_turn needs a store in queued mode")
         await self.conversation(scope).accept_turn(turn_id, accepted_at=accepted_at, head=head, request=request)
 
-    async def claim_turn(self, scope: ConversationScope, turn_id: str) -> ClaimedTurn | None:
-        """Make this instance the owner of an unfinished turn the queue holds, or whose owner is gone; return its
-        log so far and its request. None when the turn has ended.
+    async def claim_turn(
+        self, scope: ConversationScope, turn_id: str, *, max_attempts: int | None = None
+    ) -> ClaimedTurn | ParkedTurn | None:
+        """Make this instance the owner of an unfinished turn the queue holds, or whose owner is gone, counting one
+        more attempt; return its log so far and its request. None when the turn has ended; a :class:`ParkedTurn`
+        when this would be attempt ``max_attempts + 1`` (the turn is stored ``failed``, ``turn_poisoned``, instead).
+
+        A claim by the instance that owns the turn already (it reads the turn's entry again) is no new attempt.
 
         :raises StorageError: ``turn_owned`` when a live instance owns it; ``turn_not_found``.
         """
         handle = self.conversation(scope)
         key = _scope_args(scope)
 
-        async def work(connection: Connection, retried: bool) -> ClaimedTurn | None:
+        async def work(connection: Connection, retried: bool) -> ClaimedTurn | ParkedTurn | None:
             row = await connection.fetchrow(_SELECT_TURN + " AND turn_id=$5 FOR UPDATE", *key, turn_id)
             if row is None:
                 raise StorageError("turn_not_found", f"this conversation has no turn {turn_id!r}")
@@ -860,11 +887,123 @@ class PostgresConversationStore:
                 free = await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)", owner)
                 if not free:
                     raise StorageError("turn_owned", f"turn {turn_id!r} is run by another live process")
+            attempts = row["attempts"] + (0 if owner == self.owner_key else 1)
+            if max_attempts is not None and attempts > max_attempts:
+                error = _poisoned_reason(row["attempts"], row["last_error"])
+                await connection.execute(
+                    "UPDATE berth_turns SET state='failed', committed=TRUE, ended_at=now(), exit_reason=$6,"
+                    " last_error=$7, owner=$8 WHERE " + _SCOPE + " AND turn_id=$5",
+                    *key,
+                    turn_id,
+                    POISONED,
+                    error,
+                    QUEUE_OWNER,
+                )
+                return ParkedTurn(attempts=row["attempts"], error=error)
             await connection.execute(
-                "UPDATE berth_turns SET owner=$6 WHERE " + _SCOPE + " AND turn_id=$5", *key, turn_id, self.owner_key
+                "UPDATE berth_turns SET owner=$6, attempts=$7 WHERE " + _SCOPE + " AND turn_id=$5",
+                *key,
+                turn_id,
+                self.owner_key,
+                attempts,
             )
             log = TurnLog(turn=_turn_record(row), rounds=await handle._rounds(connection, turn_id))
-            return ClaimedTurn(log=log, request=bytes(request or b""))
+            return ClaimedTurn(log=log, request=bytes(request or b""), attempt=attempts)
+
+        return await self.transaction(work)
+
+    async def release_turn(self, scope: ConversationScope, turn_id: str, *, error: str) -> bool:
+        """Give a turn this instance owns back to the queue (owner ``0``) with ``error`` recorded; return whether
+        it did (False when the turn has ended or another instance owns it)."""
+        key = _scope_args(scope)
+
+        async def work(connection: Connection, retried: bool) -> bool:
+            status = await connection.execute(
+                "UPDATE berth_turns SET owner=$6, last_error=$7 WHERE "
+                + _SCOPE
+                + " AND turn_id=$5 AND owner=$8 AND NOT committed AND state IN ('accepted', 'running')",
+                *key,
+                turn_id,
+                QUEUE_OWNER,
+                error[:_ERROR_CHARS],
+                self.owner_key,
+            )
+            return bool(status.endswith(" 1"))
+
+        return await self.transaction(work)
+
+    async def end_turn(
+        self, scope: ConversationScope, turn_id: str, *, state: TurnState, code: str, error: str
+    ) -> int | None:
+        """Store an unfinished turn as ended (``state``, exit reason ``code``, ``error``), whoever owns it; return
+        its attempts so far, or None when it was not unfinished. Its owner, if alive, is refused at its next write
+        (the turn is committed)."""
+        key = _scope_args(scope)
+
+        async def work(connection: Connection, retried: bool) -> int | None:
+            attempts = await connection.fetchval(
+                "UPDATE berth_turns SET state=$6, committed=TRUE, ended_at=now(), exit_reason=$7, last_error=$8,"
+                " owner=$9 WHERE " + _SCOPE + " AND turn_id=$5 AND NOT committed AND state IN ('accepted', 'running')"
+                " RETURNING attempts",
+                *key,
+                turn_id,
+                state,
+                code,
+                error[:_ERROR_CHARS],
+                QUEUE_OWNER,
+            )
+            if attempts is not None or not retried:
+                return cast(int | None, attempts)
+            found = await connection.fetchrow(  # the first attempt may have landed, its reply lost
+                "SELECT state, exit_reason, attempts FROM berth_turns WHERE " + _SCOPE + " AND turn_id=$5",
+                *key,
+                turn_id,
+            )
+            landed = found is not None and (found["state"], found["exit_reason"]) == (state, code)
+            return cast(int, found["attempts"]) if landed else None
+
+        return await self.transaction(work)
+
+    async def retry_turn(self, scope: ConversationScope, turn_id: str) -> bool:
+        """Give an unfinished turn back to the queue with its attempts reset; return whether it was unfinished."""
+        key = _scope_args(scope)
+
+        async def work(connection: Connection, retried: bool) -> bool:
+            status = await connection.execute(
+                "UPDATE berth_turns SET owner=$6, attempts=0 WHERE "
+                + _SCOPE
+                + " AND turn_id=$5 AND NOT committed AND state IN ('accepted', 'running')",
+                *key,
+                turn_id,
+                QUEUE_OWNER,
+            )
+            return bool(status.endswith(" 1"))
+
+        return await self.transaction(work)
+
+    async def unfinished_turns(self) -> tuple[UnfinishedTurn, ...]:
+        """Every turn stored ``accepted`` or ``running``, oldest first, with its attempts, last error and whether a
+        live instance owns it (its advisory lock is held)."""
+
+        async def work(connection: Connection, retried: bool) -> tuple[UnfinishedTurn, ...]:
+            rows = await connection.fetch(
+                "SELECT tenant, project, user_id, conversation_id, turn_id, state, started_at, attempts, last_error,"
+                " owner <> 0 AND (owner = $1 OR NOT pg_try_advisory_xact_lock(owner)) AS alive FROM berth_turns"
+                " WHERE NOT committed AND state IN ('accepted', 'running') ORDER BY started_at",
+                self.owner_key,
+            )
+            return tuple(
+                UnfinishedTurn(
+                    scope=_row_scope(row),
+                    turn_id=row["turn_id"],
+                    state=cast(TurnState, row["state"]),
+                    started_at=row["started_at"],
+                    attempts=row["attempts"],
+                    error=row["last_error"],
+                    owner_alive=row["alive"],
+                )
+                for row in rows
+            )
 
         return await self.transaction(work)
 

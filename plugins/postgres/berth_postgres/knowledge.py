@@ -33,6 +33,7 @@ from berth.knowledge.store import (
     query_words,
 )
 from berth_postgres.pool import StorePool
+from berth_postgres.retrying import DEFAULT_RETRY_BUDGET_S
 
 if TYPE_CHECKING:
     from berth.distributed.connections import DistributedConnections
@@ -58,9 +59,11 @@ _INSERT_CHUNK: Final = (
 class PostgresKnowledgeStores:
     """Opens the stores of every space over one connection pool (opened on first use)."""
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4) -> None:
+    def __init__(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 4, retry_budget_s: float = DEFAULT_RETRY_BUDGET_S
+    ) -> None:
         self.dsn = dsn
-        self._pool = StorePool(dsn, min_size=min_size, max_size=max_size)
+        self._pool = StorePool(dsn, min_size=min_size, max_size=max_size, retry_budget_s=retry_budget_s)
         self._opened = False
         self._opening = asyncio.Lock()
 
@@ -86,7 +89,7 @@ class PostgresKnowledgeStores:
 
 def create_knowledge_stores(connections: DistributedConnections) -> PostgresKnowledgeStores:
     """The knowledge stores of ``distributed`` storage, on its PostgreSQL database."""
-    return PostgresKnowledgeStores(connections.postgres_dsn)
+    return PostgresKnowledgeStores(connections.postgres_dsn, retry_budget_s=connections.retry_budget_s)
 
 
 class PostgresSpaceStore:

@@ -22,6 +22,7 @@ import asyncpg  # type: ignore[import-untyped, unused-ignore]
 from berth.storage.memory import LexicalHit, MemoryEntry, MemoryFilter, MemoryKind
 from berth.storage.scope import ConversationScope
 from berth_postgres.pool import StorePool
+from berth_postgres.retrying import DEFAULT_RETRY_BUDGET_S
 
 __all__ = ["PostgresMemoryIndex", "tsquery"]
 
@@ -102,12 +103,19 @@ class PostgresMemoryIndex:
 
     :param dsn: the database to open a pool on (the index owns and closes it), or
     :param pool: a pool shared with the other PostgreSQL stores (closed by its owner).
+    :param retry_budget_s: how long an operation whose connection drops goes on retrying before it fails.
     """
 
     def __init__(
-        self, dsn: str | None = None, *, pool: asyncpg.Pool | None = None, min_size: int = 1, max_size: int = 10
+        self,
+        dsn: str | None = None,
+        *,
+        pool: asyncpg.Pool | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
     ) -> None:
-        self._pool = StorePool(dsn, pool=pool, min_size=min_size, max_size=max_size)
+        self._pool = StorePool(dsn, pool=pool, min_size=min_size, max_size=max_size, retry_budget_s=retry_budget_s)
 
     async def open(self) -> None:
         """Open the pool; a schema that is behind is refused (``schema_behind``: run ``berth migrate``)."""

@@ -2,33 +2,45 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth_postgres.migrations import PostgresUnavailableError, describe_server, require_current
+from berth_postgres.retrying import CONNECTION_LOST, DEFAULT_RETRY_BUDGET_S, RetryPolicy, connection_lost
 
-__all__ = ["ATTEMPTS", "CONNECTION_LOST", "StorePool"]
-
-log = logging.getLogger(__name__)
+__all__ = ["CONNECTION_LOST", "MIN_ACQUIRE_TIMEOUT_S", "StorePool", "transaction_attempt"]
 
 _T = TypeVar("_T")
 
-ATTEMPTS: Final = 3
-"""Tries of one operation when its connection drops (each on a fresh connection): a failover or a burst of
-terminated connections can take more than one in a row."""
+MIN_ACQUIRE_TIMEOUT_S: Final = 1.0
+"""The least time a try waits for a pooled connection (also its last try, when little of the budget is left)."""
 
-CONNECTION_LOST: Final[tuple[type[BaseException], ...]] = (
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.AdminShutdownError,  # pg_terminate_backend
-    asyncpg.CrashShutdownError,
-    ConnectionError,
-)
-"""Errors that mean the connection is gone and its transaction rolled back: the operation may be retried."""
+
+async def transaction_attempt(pool: asyncpg.Pool, work: Callable[[Any], Awaitable[_T]], remaining_s: float) -> _T:
+    """One try of an operation: ``work(connection)`` in one transaction on a connection of ``pool``, waiting at
+    most ``remaining_s`` (at least :data:`MIN_ACQUIRE_TIMEOUT_S`) for the connection (opening one fails at once
+    while the server refuses connections, and hangs while the network drops them).
+
+    When the connection is lost, the pool's other connections are expired first: what ended this one (a restarted
+    server, a cut network) likely ended its idle siblings, and the pool replaces each on its next acquire instead
+    of handing out a dead one.
+    """
+    try:
+        async with pool.acquire(timeout=max(remaining_s, MIN_ACQUIRE_TIMEOUT_S)) as connection:
+            try:
+                async with connection.transaction():
+                    return await work(connection)
+            except asyncpg.InternalClientError:
+                # A pooled connection the server ended while it sat idle can fail its next statement with a
+                # protocol-state error instead of a connection error: drop it from the pool.
+                connection.terminate()
+                raise
+    except Exception as error:
+        if connection_lost(error) and not pool.is_closing():
+            await pool.expire_connections()
+        raise
 
 
 class StorePool:
@@ -39,10 +51,18 @@ class StorePool:
     """
 
     def __init__(
-        self, dsn: str | None = None, *, pool: asyncpg.Pool | None = None, min_size: int = 1, max_size: int = 10
+        self,
+        dsn: str | None = None,
+        *,
+        pool: asyncpg.Pool | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ValueError("give either a DSN or a shared pool")
+        self.retry = RetryPolicy(budget_s=retry_budget_s)
+        """How an operation whose connection drops is retried."""
         self._dsn = dsn
         self._pool = pool
         self._owned = pool is None
@@ -81,25 +101,21 @@ class StorePool:
             await pool.close()
 
     async def in_transaction(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
-        """Run ``work(connection)`` in one transaction; again on a fresh connection when the connection drops
-        (the transaction rolled back: ``pg_terminate_backend``, a restarted server)."""
-        for attempt in range(ATTEMPTS):
-            try:
-                async with self.pool.acquire() as connection:
-                    try:
-                        async with connection.transaction():
-                            return await work(connection)
-                    except asyncpg.InternalClientError:
-                        # A pooled connection the server ended while it sat idle can fail its next statement with a
-                        # protocol-state error instead of a connection error: drop it from the pool.
-                        connection.terminate()
-                        raise
-            except (*CONNECTION_LOST, asyncpg.InternalClientError) as error:
-                if attempt == ATTEMPTS - 1:
-                    raise
-                log.warning("the PostgreSQL connection dropped (%s); retrying the operation", error)
-                await self.pool.expire_connections()
-        raise AssertionError("unreachable")
+        """Run ``work(connection)`` in one transaction; again on a fresh connection when the connection drops or
+        cannot be opened (the transaction rolled back: ``pg_terminate_backend``, a restarted or failing-over
+        server), with backoff, for as long as the retry budget lasts (:class:`~berth_postgres.retrying.RetryPolicy`).
+
+        :raises PostgresUnavailableError: when PostgreSQL did not come back within the budget.
+        """
+        pool = self.pool
+
+        async def attempt(retry: int, remaining_s: float) -> _T:
+            return await transaction_attempt(pool, work, remaining_s)
+
+        def retryable(error: BaseException) -> bool:
+            return connection_lost(error) and not pool.is_closing()
+
+        return await self.retry.run(attempt, retryable=retryable)
 
     async def fetch(self, sql: str, *arguments: Any) -> list[Any]:
         """``fetch`` in its own transaction, retried on a fresh connection when the connection drops."""

@@ -15,6 +15,7 @@ from pg_fixtures import migrated_database
 from berth.host.plugins import PlatformPlugins
 from berth.host.runtime import HostRuntime
 from berth.testing import write_descriptors
+from berth.testing.redis import test_redis_url
 
 pytestmark = pytest.mark.postgres
 
@@ -51,7 +52,7 @@ def descriptors(root: Path, dsn: str, name: str) -> Path:
     folder = write_descriptors(root / name, {"kb": {"source": {"path": str(bundle)}}})
     assembly = yaml.safe_load((folder / "assembly.yaml").read_text())
     assembly["platform"] = {
-        "storage": {"kind": "distributed", "postgres": {"dsn": dsn}, "redis": {"url": "redis://127.0.0.1:6379/13"}},
+        "storage": {"kind": "distributed", "postgres": {"dsn": dsn}, "redis": {"url": test_redis_url()}},
         "knowledge": {"root": f"../{name}-knowledge"},
     }
     (folder / "assembly.yaml").write_text(yaml.safe_dump(assembly))

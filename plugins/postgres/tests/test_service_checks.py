@@ -11,6 +11,7 @@ from berth_postgres.testing import scratch_database
 
 from berth.cli import cli
 from berth.cli.errors import run_guarded
+from berth.testing.redis import test_redis_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.usefixtures("clean_berth_env")]
 
@@ -36,11 +37,11 @@ def check_services(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int,
 
 
 def test_every_service_answers(tmp_path: Path, migrated: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, lines = check_services(descriptors(tmp_path / "d", migrated, "redis://127.0.0.1:6379/12"), capsys)
+    code, lines = check_services(descriptors(tmp_path / "d", migrated, test_redis_url()), capsys)
     assert code == 0, lines
     assert " ok " in lines["postgres"] and "PostgreSQL" in lines["postgres"]
     assert " ok " in lines["redis"] and "redis 7" in lines["redis"]
-    assert " ok " in lines["artifacts"]
+    assert " ok " in lines["artifacts"] and "local: folder " in lines["artifacts"]
 
 
 def test_what_does_not_answer_is_named_and_the_exit_code_says_so(
@@ -57,6 +58,6 @@ def test_what_does_not_answer_is_named_and_the_exit_code_says_so(
 def test_an_in_process_chat_on_distributed_storage_is_refused_with_the_way_out(
     tmp_path: Path, migrated: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = descriptors(tmp_path / "d", migrated, "redis://127.0.0.1:6379/12")
+    root = descriptors(tmp_path / "d", migrated, test_redis_url())
     assert run_guarded(cli, ["chat", "--in-process", "--descriptors", str(root), "-m", "hello"]) == 2
     assert "chat with a running API instead (--url)" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from berth_postgres.conversations import QUEUE_OWNER, PostgresConversationStore
 from storage_builders import T0, head, tool_round
 
 from berth.runtime.persistence import block_record
+from berth.storage.claims import POISONED, ClaimedTurn, ParkedTurn
 from berth.storage.conversations import BlockRecord, StorageError
 from berth.storage.scope import ConversationScope
 
@@ -104,3 +105,64 @@ async def test_a_claim_of_an_ended_turn_finds_nothing_to_run(
     with pytest.raises(StorageError) as missing:
         await queued.claim_turn(scope, "turn_9")
     assert missing.value.code == "turn_not_found"
+
+
+async def test_each_new_owner_is_one_attempt_and_the_claim_after_the_last_parks_the_turn(
+    queued: PostgresConversationStore, migrated: str, scope: ConversationScope
+) -> None:
+    await accept(queued, scope, "turn_1")
+    for attempt in (1, 2, 3):  # a worker claims it, begins it and dies, three times
+        async with PostgresConversationStore(migrated, queued=True) as worker:
+            claimed = await worker.claim_turn(scope, "turn_1", max_attempts=3)
+            assert isinstance(claimed, ClaimedTurn) and claimed.attempt == attempt
+            again = await worker.claim_turn(scope, "turn_1", max_attempts=3)  # its own entry read again
+            assert isinstance(again, ClaimedTurn) and again.attempt == attempt
+    parked = await queued.claim_turn(scope, "turn_1", max_attempts=3)
+    assert isinstance(parked, ParkedTurn) and parked.attempts == 3
+    assert "3 times" in parked.error and "its worker stopped each time" in parked.error
+    (turn,) = (await queued.conversation(scope).load()).turns
+    assert (turn.state, turn.exit_reason, turn.attempts, turn.error) == ("failed", POISONED, 3, parked.error)
+    assert await queued.claim_turn(scope, "turn_1", max_attempts=3) is None  # parked once, never run again
+    await accept(queued, scope, "turn_2")  # the conversation takes new turns again
+
+
+async def test_a_released_turn_goes_back_to_the_queue_with_its_error_and_counts_its_attempts(
+    queued: PostgresConversationStore, migrated: str, scope: ConversationScope
+) -> None:
+    await accept(queued, scope, "turn_1")
+    async with PostgresConversationStore(migrated, queued=True) as worker:
+        await worker.claim_turn(scope, "turn_1", max_attempts=2)
+        assert await queued.release_turn(scope, "turn_1", error="not mine") is False  # only its owner releases it
+        assert await worker.release_turn(scope, "turn_1", error="TimeoutError: the model did not answer") is True
+        assert [t.turn_id for t in await queued.orphaned_turns(older_than_s=0)] == ["turn_1"]  # the worker lives
+        claimed = await worker.claim_turn(scope, "turn_1", max_attempts=2)  # released: its next claim is attempt 2
+        assert isinstance(claimed, ClaimedTurn) and claimed.attempt == 2
+        await worker.release_turn(scope, "turn_1", error="TimeoutError: again")
+    parked = await queued.claim_turn(scope, "turn_1", max_attempts=2)
+    assert isinstance(parked, ParkedTurn)
+    assert parked.error.endswith("(its last attempt ended with: TimeoutError: again); it will not be run again")
+
+
+async def test_an_operator_ends_or_retries_a_turn_whoever_owns_it(
+    queued: PostgresConversationStore, migrated: str, scope: ConversationScope
+) -> None:
+    await accept(queued, scope, "turn_1")
+    async with PostgresConversationStore(migrated, queued=True) as worker:
+        await worker.claim_turn(scope, "turn_1", max_attempts=3)
+        await worker.conversation(scope).begin_turn(
+            "turn_1", started_at=T0, generation=None, head=records(head("turn_1"))
+        )
+        (listed,) = await queued.unfinished_turns()
+        assert (listed.turn_id, listed.state, listed.attempts, listed.owner_alive) == ("turn_1", "running", 1, True)
+        assert await queued.retry_turn(scope, "turn_1") is True
+        (listed,) = await queued.unfinished_turns()
+        assert (listed.attempts, listed.owner_alive) == (0, False)  # back to the queue, its attempts reset
+        await worker.claim_turn(scope, "turn_1", max_attempts=3)
+        assert await queued.end_turn(scope, "turn_1", state="failed", code="ended_by_operator", error="stuck") == 1
+        with pytest.raises(StorageError) as refused:  # the worker that still runs it cannot write it any more
+            await worker.conversation(scope).append_round("turn_1", records(tool_round("turn_1", "c1")))
+        assert refused.value.code == "turn_not_running"
+    assert await queued.end_turn(scope, "turn_1", state="failed", code="x", error="y") is None  # ended already
+    assert await queued.unfinished_turns() == ()
+    (turn,) = (await queued.conversation(scope).load()).turns
+    assert (turn.state, turn.exit_reason, turn.error) == ("failed", "ended_by_operator", "stuck")

@@ -1,15 +1,16 @@
-"""``/v1/admin/*``: bundles and workers (admin role)."""
+"""``/v1/admin/*``: bundles, workers and unfinished turns (admin role)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Body, Depends, Query
 
 from berth.api.auth import Caller
 from berth.api.deps import admin_caller, services
-from berth.api.errors import ADMIN_ERRORS, not_found
+from berth.api.errors import ADMIN_ERRORS, ApiError, error_responses, not_found
 from berth.api.services import HostServices
 from berth.host.broadcast import read_worker_reports, report_of
 
@@ -75,3 +76,67 @@ async def admin_workers(who: Admin, host: Services) -> dict[str, Any]:
     if host.distributed is None:
         return {"workers": [asdict(report_of(host.runtime.worker_id, host.registry))]}
     return {"workers": [asdict(report) for report in await read_worker_reports(host.distributed.redis)]}
+
+
+def _turn_admin(host: HostServices) -> Any:
+    """The turn operations of a distributed deployment (409 ``not_distributed`` in embedded mode)."""
+    from berth.distributed.turn_admin import TurnAdmin
+
+    parts = host.distributed
+    if parts is None:
+        raise ApiError(
+            409, "not_distributed", "turns are run and ended by the process that accepts them in embedded mode"
+        )
+    return TurnAdmin(parts.claims, parts.queue, parts.redis)
+
+
+def _key_tenant(who: Caller) -> str | None:
+    """The one tenant an admin key is scoped to (None for a key of every tenant)."""
+    return None if who.tenant == "*" else who.tenant
+
+
+@router.get("/turns", responses=error_responses(409))
+async def admin_turns(
+    who: Admin,
+    host: Services,
+    stuck_after_s: Annotated[float | None, Query(ge=0, description="only turns no live process owns, this old")] = None,
+) -> dict[str, Any]:
+    """The unfinished turns (of the key's tenant), oldest first: state, age, attempts, whether a live worker owns
+    each, its last error; ``stuck_after_s`` keeps those nobody runs that waited longer than that."""
+    from berth.distributed.turn_admin import turn_row
+
+    turns = await _turn_admin(host).unfinished(stuck_after_s=stuck_after_s, tenant=_key_tenant(who))
+    now = datetime.now(UTC)
+    return {"turns": [turn_row(turn, now) for turn in turns]}
+
+
+@router.post("/turns/{turn_id}/end", responses=error_responses(409))
+async def admin_end_turn(
+    turn_id: str,
+    who: Admin,
+    host: Services,
+    reason: Annotated[str, Body(embed=True, min_length=1, max_length=500)] = "ended by an operator",
+) -> dict[str, Any]:
+    """Store an unfinished turn ``failed`` (code ``ended_by_operator``) whoever runs it, and end its stream so."""
+    from berth.distributed.turn_admin import TurnNotUnfinishedError
+
+    try:
+        turn = await _turn_admin(host).end(turn_id, reason=reason, tenant=_key_tenant(who))
+    except TurnNotUnfinishedError as error:
+        raise not_found(f"unfinished turn {turn_id}") from error
+    return {"turn_id": turn.turn_id, "ended": True, "code": "ended_by_operator"}
+
+
+@router.post("/turns/{turn_id}/retry", responses=error_responses(409))
+async def admin_retry_turn(turn_id: str, who: Admin, host: Services) -> dict[str, Any]:
+    """Queue an unfinished turn no live worker runs again, its attempts reset (409 ``turn_running`` when one
+    does)."""
+    from berth.distributed.turn_admin import TurnNotUnfinishedError, TurnRunningError
+
+    try:
+        turn = await _turn_admin(host).retry(turn_id, tenant=_key_tenant(who))
+    except TurnNotUnfinishedError as error:
+        raise not_found(f"unfinished turn {turn_id}") from error
+    except TurnRunningError as error:
+        raise ApiError(409, "turn_running", str(error)) from error
+    return {"turn_id": turn.turn_id, "queued": True}

@@ -24,6 +24,12 @@ class PostgresConfig(DescriptorModel):
     dsn: SecretSetting
     pool_min: int = Field(1, ge=0)
     pool_max: int = Field(10, ge=1)
+    retry_budget_s: float = Field(
+        60.0,
+        gt=0,
+        description="how long an operation whose connection drops, or cannot be opened (the server is down, failing"
+        " over), goes on retrying with backoff before it fails: a running turn waits through a shorter outage",
+    )
 
 
 class RedisConfig(DescriptorModel):
@@ -77,6 +83,15 @@ class DistributedStorage(DescriptorModel):
     postgres: PostgresConfig
     redis: RedisConfig
     artifacts: ArtifactsConfig = Field(default_factory=LocalArtifacts)
+    max_turn_attempts: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description=(
+            "how many times workers may begin a turn: one that killed its worker (or failed) this many times is "
+            "parked, stored failed with code turn_poisoned, and its conversation takes new turns again"
+        ),
+    )
 
 
 StorageConfig = Annotated[
