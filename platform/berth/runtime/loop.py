@@ -196,12 +196,19 @@ class TurnRunner:
             cache_ttl_seconds=react.cache_ttl_seconds or None,
             previously_pruned=_pruned_by_previous_turn(timeline),
         )
+
+        async def store_files(files: tuple[ArtifactWrite, ...]) -> None:
+            await recorder.begun()  # the turn's row first: its files belong to it
+            await handle.store_files(turn.turn_id, files)
+
+        state.store_files = store_files
         resumed_rounds = 0
         resumed = turn.resume is not None and _began(turn.resume)
         if turn.resume is not None and resumed:
             head, logged_rounds = recorder.resume(turn.resume)
             timeline.contribute(*head, *(block for entry in logged_rounds for block in entry))
             state.continue_numbering(block for entry in logged_rounds for block in entry)
+            await state.workspace.restore()  # the files its earlier attempts stored as they announced them
             resumed_rounds = sum(1 for entry in logged_rounds if not _live_only(entry))
         else:
             await prepare_attachments(turn.attachments)  # documents' text, extracted off the loop

@@ -119,7 +119,10 @@ async def execute_tool_call(
         log.warning("tool %s failed", tool_id, exc_info=True)
         return await failed("tool_failed", f"{tool_id} raised {type(exc).__name__}: {exc}")
     output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
-    for path, mime, size in state.workspace.outputs_since(outputs_before):
+    produced = state.workspace.outputs_since(outputs_before)
+    if produced and state.store_files is not None:  # stored before announced: a download never finds nothing
+        await state.store_files(state.workspace.writes_of(path for path, _, _ in produced))
+    for path, mime, size in produced:
         await emit(TurnEvent("artifact", {"call_id": call_id, "path": path, "mime": mime, "size": size}))
     sids: tuple[int, ...] = ()
     if output.sources:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -18,6 +18,7 @@ from berth.runtime.plan import PlanBook, PlanBookCache
 from berth.runtime.sources import SourcesPool
 from berth.runtime.timeline import Timeline
 from berth.runtime.workspace import Workspace
+from berth.storage.conversations import ArtifactWrite
 from berth.storage.scope import ConversationScope
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ class TurnState:
     """The renderer's shelf of image and PDF bytes by ``fi:`` path (:mod:`berth.runtime.media`)."""
     reopened_media: list[tuple[str, str]] = field(default_factory=list)
     """``(fi: path, mime)`` of an image the running tool call shows again (its result block carries it)."""
+    store_files: Callable[[tuple[ArtifactWrite, ...]], Awaitable[None]] | None = None
+    """Stores files the turn produced before they are announced (the loop's recorder, once the turn has begun)."""
     compaction_usage: Usage = field(default_factory=Usage)
     """What compaction's summaries cost this turn (added to the rounds' usage when the turn ends)."""
     _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import mimetypes
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeAlias
@@ -38,6 +38,15 @@ def safe_relative_path(path: str) -> str:
     if normalized in (".", "") or normalized.startswith("../") or normalized == ".." or "/../" in f"/{normalized}/":
         raise WorkspaceError("unsafe_path", f"{path!r} leaves the workspace")
     return normalized
+
+
+def _area(name: str) -> Area | None:
+    """The workspace area called ``name`` (None for anything else: attachments, the manifest)."""
+    if name == "files":
+        return "files"
+    if name == "outputs":
+        return "outputs"
+    return None
 
 
 def artifact_path(turn_id: str, area: str, relative: str) -> str:
@@ -106,6 +115,26 @@ class Workspace:
         """Every file of this turn: area, relative path, size."""
         for (area, relative), data in sorted(self.files.items()):
             yield area, relative, len(data)
+
+    def writes_of(self, paths: Iterable[str]) -> tuple[ArtifactWrite, ...]:
+        """The artifact writes of this turn's files at ``fi:`` ``paths`` (those :meth:`outputs_since` named)."""
+        prefix = f"fi:{self.turn_id}."
+        writes = []
+        for path in paths:
+            name, _, relative = path.removeprefix(prefix).partition("/")
+            area = _area(name)
+            if area is not None and (area, relative) in self.files:
+                writes.append(ArtifactWrite(artifact_path(self.turn_id, area, relative), self.files[(area, relative)]))
+        return tuple(writes)
+
+    async def restore(self) -> None:
+        """Take back the files this turn stored before (a turn resumed after its worker died: they were stored as
+        they were announced)."""
+        for stored in await self.handle.turn_files(self.turn_id):
+            name, _, relative = stored.path.removeprefix(f"{self.turn_id}/").partition("/")
+            area = _area(name)
+            if area is not None and relative:
+                self.files[(area, relative)] = stored.data
 
     def artifact_writes(self) -> tuple[ArtifactWrite, ...]:
         """The files to commit with the turn, plus a manifest listing them (for ``react.checkout``)."""

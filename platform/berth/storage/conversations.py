@@ -362,6 +362,19 @@ class ConversationHandle(Protocol):
         """
         ...
 
+    async def store_files(self, turn_id: str, files: tuple[ArtifactWrite, ...]) -> None:
+        """Store files a running turn produced, before the turn announces them: from then on they can be downloaded
+        and outlive the process (a turn resumed elsewhere finds them: :meth:`turn_files`). The commit stores them
+        again, unchanged.
+
+        :raises StorageError: ``unsafe_artifact_path``; ``turn_owned`` when the turn was taken over.
+        """
+        ...
+
+    async def turn_files(self, turn_id: str) -> tuple[ArtifactWrite, ...]:
+        """The files stored for turn ``turn_id`` so far (by :meth:`store_files` or its commit), by path."""
+        ...
+
 
 class ConversationStore(Protocol):
     """Where conversations live. Open it before use and close it when done (or use ``async with``)."""

@@ -64,6 +64,7 @@ from berth.config.errors import ConfigError
 from berth.storage.artifacts import ArtifactStore, artifact_key
 from berth.storage.claims import POISONED, ClaimedTurn, ParkedTurn, UnfinishedTurn
 from berth.storage.conversations import (
+    ArtifactWrite,
     BlockRecord,
     ConversationRecord,
     ConversationSnapshot,
@@ -559,6 +560,72 @@ class PostgresConversationHandle:
         )
         return [(row["path"], row["block"]) for row in rows] == [(b.path, b.json) for b in blocks]
 
+    async def _artifact_rows(
+        self, files: Sequence[ArtifactWrite]
+    ) -> list[tuple[str, str, int, bytes | None, str | None]]:
+        """``(path, sha256, size, data, object key)`` rows of ``files``, their bytes uploaded first when an object
+        store holds them (content-addressed: immutable, and harmless if the write that refers to them fails)."""
+        rows: list[tuple[str, str, int, bytes | None, str | None]] = []
+        objects = self._store.artifacts
+        for artifact in files:
+            path, digest = _checked_artifact_path(artifact.path), hashlib.sha256(artifact.data).hexdigest()
+            if objects is None:
+                rows.append((path, digest, len(artifact.data), artifact.data, None))
+                continue
+            key = artifact_key(self._scope, digest)
+            await objects.put(key, artifact.data)
+            rows.append((path, digest, len(artifact.data), None, key))
+        return rows
+
+    async def _upsert_artifacts(
+        self,
+        connection: Connection,
+        turn_id: str,
+        rows: Sequence[tuple[str, str, int, bytes | None, str | None]],
+    ) -> None:
+        await connection.executemany(
+            "INSERT INTO berth_artifacts (tenant, project, user_id, conversation_id, path, sha256, size, turn_id,"
+            " data, location) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            " ON CONFLICT (tenant, project, user_id, conversation_id, path) DO UPDATE SET sha256=excluded.sha256,"
+            " size=excluded.size, turn_id=excluded.turn_id, data=excluded.data, location=excluded.location",
+            [(*self._key, path, digest, size, turn_id, *stored) for path, digest, size, *stored in rows],
+        )
+
+    async def store_files(self, turn_id: str, files: tuple[ArtifactWrite, ...]) -> None:
+        """Store files a running turn produced (objects first, then their rows, fenced by the turn's owner), before
+        the turn announces them."""
+        if not files:
+            return
+        rows = await self._artifact_rows(files)
+
+        async def work(connection: Connection, retried: bool) -> None:
+            await self._locked_turn(connection, turn_id)  # refused when another process took the turn over
+            await self._upsert_artifacts(connection, turn_id, rows)
+
+        await self._store.transaction(work)
+
+    async def turn_files(self, turn_id: str) -> tuple[ArtifactWrite, ...]:
+        """The files stored for turn ``turn_id`` so far, by path (their bytes read from the object store if there)."""
+
+        async def work(connection: Connection, retried: bool) -> list[Any]:
+            return list(
+                await connection.fetch(
+                    "SELECT path, data, location FROM berth_artifacts WHERE "
+                    + _SCOPE
+                    + " AND turn_id=$5 ORDER BY path",
+                    *self._key,
+                    turn_id,
+                )
+            )
+
+        files = []
+        for row in await self._store.transaction(work):
+            if row["data"] is not None:
+                files.append(ArtifactWrite(row["path"], bytes(row["data"])))
+            elif self._store.artifacts is not None:
+                files.append(ArtifactWrite(row["path"], await self._store.artifacts.get(row["location"])))
+        return tuple(files)
+
     async def commit_turn(self, commit: TurnCommit) -> int:
         """Write the timeline, sources, final round, artifacts and turn state in one transaction; return the new
         version.
@@ -566,16 +633,7 @@ class PostgresConversationHandle:
         :raises StorageError: ``turn_not_found``, ``conflicting_commit``, ``unsafe_artifact_path``,
             ``unknown_logged_block`` (nothing is written then).
         """
-        artifacts: list[tuple[str, str, int, bytes | None, str | None]] = []
-        objects = self._store.artifacts
-        for artifact in commit.artifacts:
-            path, digest = _checked_artifact_path(artifact.path), hashlib.sha256(artifact.data).hexdigest()
-            if objects is None:
-                artifacts.append((path, digest, len(artifact.data), artifact.data, None))
-                continue
-            key = artifact_key(self._scope, digest)  # content-addressed: immutable, and harmless if the commit fails
-            await objects.put(key, artifact.data)
-            artifacts.append((path, digest, len(artifact.data), None, key))
+        artifacts = await self._artifact_rows(commit.artifacts)
         ended_at = _aware(commit.ended_at)
 
         async def work(connection: Connection, retried: bool) -> int:
@@ -618,16 +676,7 @@ class PostgresConversationHandle:
         await self._write_timeline(connection, commit.timeline)
         await self._upsert_sources(connection, commit.sources)
         if artifacts:
-            await connection.executemany(
-                "INSERT INTO berth_artifacts (tenant, project, user_id, conversation_id, path, sha256, size, turn_id,"
-                " data, location) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-                " ON CONFLICT (tenant, project, user_id, conversation_id, path) DO UPDATE SET sha256=excluded.sha256,"
-                " size=excluded.size, turn_id=excluded.turn_id, data=excluded.data, location=excluded.location",
-                [
-                    (*self._key, path, digest, size, commit.turn_id, *stored)
-                    for path, digest, size, *stored in artifacts
-                ],
-            )
+            await self._upsert_artifacts(connection, commit.turn_id, artifacts)
         usage = commit.usage
         new_version = commit.base_version + 1
         await connection.execute(

@@ -60,6 +60,7 @@ from typing import Final, Literal, Self, TypeVar, cast, overload
 from berth.default_plugins.storage.owners import RootOwners
 from berth.default_plugins.storage.sqlite_database import SqliteDatabase
 from berth.storage.conversations import (
+    ArtifactWrite,
     BlockRecord,
     ConversationRecord,
     ConversationSnapshot,
@@ -598,10 +599,10 @@ class SqliteConversationHandle:
             self._store.mark_running(self._scope, conversation, turn_id, rounds=index)
         return index
 
-    def _write_blobs(self, commit: TurnCommit) -> list[tuple[str, str, int]]:
-        """Write the commit's artifacts as content-addressed blobs (each ``fsync``-ed); return their rows."""
+    def _write_blobs(self, artifacts: tuple[ArtifactWrite, ...]) -> list[tuple[str, str, int]]:
+        """Write artifacts as content-addressed blobs (each ``fsync``-ed); return their rows."""
         blobs: list[tuple[str, str, int]] = []
-        for artifact in commit.artifacts:
+        for artifact in artifacts:
             path = _checked_artifact_path(artifact.path)
             digest = hashlib.sha256(artifact.data).hexdigest()
             blob = self._folder / "blobs" / digest
@@ -610,13 +611,49 @@ class SqliteConversationHandle:
             blobs.append((path, digest, len(artifact.data)))
         return blobs
 
+    async def store_files(self, turn_id: str, files: tuple[ArtifactWrite, ...]) -> None:
+        """Store files a running turn produced (blobs first, then their rows), before the turn announces them."""
+        if not files:
+            return
+        blobs = await asyncio.to_thread(self._write_blobs, files)
+
+        def work(connection: sqlite3.Connection) -> None:
+            conversation, _, _, _ = self._turn_state(connection, turn_id)
+            connection.executemany(
+                "INSERT INTO artifacts (conversation, path, sha256, size, turn_id) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (conversation, path) DO UPDATE SET sha256=excluded.sha256, size=excluded.size,"
+                " turn_id=excluded.turn_id",
+                [(conversation, path, digest, size, turn_id) for path, digest, size in blobs],
+            )
+
+        await self._store.database.write_together(work)  # durable: the files outlive a crash once announced
+
+    async def turn_files(self, turn_id: str) -> tuple[ArtifactWrite, ...]:
+        """The files stored for turn ``turn_id`` so far, by path."""
+
+        def lookup(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+            conversation = self._conversation_id(connection)
+            if conversation is None:
+                return []
+            rows = connection.execute(
+                "SELECT path, sha256 FROM artifacts WHERE conversation=? AND turn_id=? ORDER BY path",
+                (conversation, turn_id),
+            ).fetchall()
+            return [(str(path), str(digest)) for path, digest in rows]
+
+        def work() -> tuple[ArtifactWrite, ...]:
+            rows = self._store.database.read(lookup)
+            return tuple(ArtifactWrite(path, (self._folder / "blobs" / digest).read_bytes()) for path, digest in rows)
+
+        return await asyncio.to_thread(work)
+
     async def commit_turn(self, commit: TurnCommit) -> int:
         """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version.
 
         The blobs are written first; the transaction that makes them visible commits together with the
         other commits queued meanwhile (group commit: one ``fsync`` for all of them).
         """
-        blobs = await asyncio.to_thread(self._write_blobs, commit) if commit.artifacts else []
+        blobs = await asyncio.to_thread(self._write_blobs, commit.artifacts) if commit.artifacts else []
 
         def work(connection: sqlite3.Connection) -> int:
             conversation, _, rounds, committed = self._turn_state(connection, commit.turn_id)
