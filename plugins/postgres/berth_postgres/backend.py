@@ -13,6 +13,7 @@ from berth.distributed.connections import DistributedConnections
 from berth_postgres.conversations import PostgresConversationStore
 from berth_postgres.memory import PostgresMemoryIndex
 from berth_postgres.meta import PostgresMetaStore
+from berth_postgres.retrying import RetryPolicy
 
 __all__ = ["PostgresStorageBackend", "create_distributed_storage"]
 
@@ -52,8 +53,23 @@ class PostgresStorageBackend:
             raise RuntimeError("the storage backend is not open")
         return self._meta
 
-    async def open(self) -> None:
-        """Open the pool (refusing a schema that is behind), then the stores that share it."""
+    async def open(self, *, wait: bool = True) -> None:
+        """Open the pool (refusing a schema that is behind), then the stores that share it.
+
+        A process that starts while PostgreSQL is unreachable (restarting, failing over) waits for it, retrying
+        with backoff for up to ``retry_budget_s``, instead of exiting at once; ``wait=False`` tries once (a probe
+        that must answer now). A schema that is behind is refused at once.
+        """
+        if not wait:
+            await self._open_stores()
+            return
+
+        async def attempt(retry: int, remaining_s: float) -> None:
+            await self._open_stores()
+
+        await RetryPolicy(budget_s=self.connections.retry_budget_s, max_delay_s=5.0).run(attempt)
+
+    async def _open_stores(self) -> None:
         await self._conversations.open()
         try:
             pool = self._conversations.pool

@@ -356,3 +356,28 @@ async def test_the_budget_of_the_descriptors_reaches_every_store_of_the_backend(
             assert store._pool.retry.budget_s == 7.5
     finally:
         await backend.aclose()
+
+
+@pytest.mark.postgres
+async def test_a_process_that_starts_while_postgres_is_away_waits_for_it(dsn: str) -> None:
+    async with PostgresProxy(dsn) as proxy:
+        await proxy.cut("refuse")
+        connections = DistributedConnections(
+            postgres_dsn=proxy.dsn(dsn),
+            redis_url="redis://unused",
+            artifacts=None,
+            retry_budget_s=30,  # type: ignore[arg-type]
+        )
+        probe = create_distributed_storage(connections)
+        with pytest.raises(OSError):  # a probe answers now
+            await probe.open(wait=False)
+        backend = create_distributed_storage(connections)
+        opening = asyncio.create_task(backend.open())  # a worker starting now
+        await asyncio.sleep(1.0)
+        assert not opening.done()  # still waiting, not exited
+        await proxy.restore()
+        await asyncio.wait_for(opening, 20)
+        try:
+            assert (await backend.ping()).startswith("PostgreSQL")
+        finally:
+            await backend.aclose()
