@@ -369,7 +369,7 @@ async def test_a_process_that_starts_while_postgres_is_away_waits_for_it(dsn: st
             retry_budget_s=30,  # type: ignore[arg-type]
         )
         probe = create_distributed_storage(connections)
-        with pytest.raises(OSError):  # a probe answers now
+        with pytest.raises(ConnectionRefusedError):  # a probe answers now
             await probe.open(wait=False)
         backend = create_distributed_storage(connections)
         opening = asyncio.create_task(backend.open())  # a worker starting now
