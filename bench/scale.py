@@ -16,6 +16,12 @@ far the design scales on machines with cores to spare (there, each worker adds i
 
     .venv/bin/python bench/scale.py                 # 100 users x 3 turns, 300 arrivals at 30/s
     .venv/bin/python bench/scale.py --quick         # a smoke test
+    .venv/bin/python bench/scale.py --redis-url redis://127.0.0.1:6379/11   # a Redis database you name
+
+Without ``--redis-url`` the distributed arms run on a ``redis-server`` of the script's own (started on a free port,
+without persistence, stopped at the end). A database named by ``--redis-url`` must hold no ``berth:*`` key (the
+queue of a running deployment would mix with the bench's turns); the script never empties it: at the end it
+deletes the ``berth:*`` keys its own run wrote there, and nothing else.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +56,6 @@ from api_load import (
 )
 
 BERTH = str(Path(sys.executable).parent / "berth")
-REDIS_URL = "redis://127.0.0.1:6379/11"
 KIND = "berth-one-request"  # a turn is one POST with its events in the response (any API process streams them)
 
 
@@ -180,9 +186,56 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=30.0, help="arrivals per second in the latency run")
     parser.add_argument("--arrivals", type=int, default=300, help="turns in the latency run")
     parser.add_argument("--quick", action="store_true", help="8 users, 1 turn, 16 arrivals: a smoke test")
+    parser.add_argument(
+        "--redis-url",
+        help="a Redis database with no berth:* key, never emptied (default: a redis-server of the script's own)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.conversations, args.turns, args.arrivals = 8, 1, 16
+    with bench_redis(args.redis_url) as redis_url:
+        report(args, run_arms(args, redis_url))
+
+
+@contextmanager
+def bench_redis(url: str | None) -> Iterator[str]:
+    """The Redis URL the distributed arms use: ``url`` once it is checked to hold no Berth keys (the bench's are
+    deleted afterwards), or a ``redis-server`` of the script's own, stopped (and its files deleted) afterwards."""
+    if url is not None:
+        client = redis.Redis.from_url(url)
+        try:
+            taken = next(client.scan_iter(match="berth:*", count=1000), None)
+        finally:
+            client.close()
+        if taken is not None:
+            raise SystemExit(f"{url} holds Berth keys ({taken.decode()!r}, ...): name an unused database")
+        try:
+            yield url
+        finally:
+            delete_berth_keys(url)
+        return
+    from berth.testing.redis import RedisServer
+
+    server = RedisServer()
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def delete_berth_keys(url: str) -> None:
+    """Delete the ``berth:*`` keys of ``url`` (the bench's own: the database held none before it ran)."""
+    client = redis.Redis.from_url(url)
+    try:
+        for key in client.scan_iter(match="berth:*", count=1000):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+def run_arms(args: argparse.Namespace, redis_url: str) -> list[Measured]:
+    """Measure the embedded arm, then 1 API + 1 worker and 1 API + 2 workers on ``redis_url``."""
     from berth_postgres.testing import scratch_database
 
     results: list[Measured] = []
@@ -195,9 +248,8 @@ def main() -> None:
             results.append(measure(Arm("embedded (1 process)", api, port, []), args))
         finally:
             stop([api])
-        redis.Redis.from_url(REDIS_URL).flushdb()
         with scratch_database(migrated=True) as dsn:
-            storage = {"kind": "distributed", "postgres": {"dsn": dsn, "pool_max": 20}, "redis": {"url": REDIS_URL}}
+            storage = {"kind": "distributed", "postgres": {"dsn": dsn, "pool_max": 20}, "redis": {"url": redis_url}}
             distributed = write_descriptors(work / "distributed", storage)
             api, port = start_api(distributed, work / "distributed" / "var")
             workers = [start_worker(distributed, "w1", work / "w1.log")]
@@ -209,8 +261,7 @@ def main() -> None:
                 results.append(measure(Arm("1 API + 2 workers", api, port, list(workers)), args))
             finally:
                 stop([api, *workers])
-        redis.Redis.from_url(REDIS_URL).flushdb()
-    report(args, results)
+    return results
 
 
 def report(args: argparse.Namespace, results: list[Measured]) -> None:

@@ -226,7 +226,8 @@ async def test_a_turn_runs_through_the_compose_stack_with_exec_in_a_sibling_cont
     _, exec_image = images
     api_url = f"http://127.0.0.1:{stack.environment['BERTH_PORT']}"
     ready = await until_ok(f"{api_url}/readyz")
-    assert {"postgres", "redis", "artifacts (s3)"} <= set(ready["checks"]["services"]), ready
+    assert {"postgres", "redis", "artifacts"} <= set(ready["checks"]["services"]), ready
+    assert ready["checks"]["services"]["artifacts"]["detail"].startswith("s3: bucket "), ready
     workers = stack.containers(engine, "worker")
     assert len(workers) == 2
     await wait_healthy([*stack.containers(engine, "api"), *workers])  # the image's health check, per service

@@ -16,12 +16,19 @@ __all__ = ["metrics_exposition", "readiness"]
 
 
 async def readiness(host: HostServices) -> tuple[bool, dict[str, Any]]:
-    """Storage open, bus running and at least one bundle loaded; in distributed mode, PostgreSQL, Redis and the
-    artifact store answering (``checks.services`` says which does not). Returns (ready, checks)."""
+    """Storage open, bus running, no background task down and at least one bundle loaded; in distributed mode,
+    PostgreSQL, Redis and the artifact store answering (``checks.services`` says which does not). Returns (ready,
+    checks).
+
+    ``checks.background`` has one entry per supervised task of the process (the reload bus, the worker report,
+    the watchers, ...): ``ok`` is false for a task that has been failing longer than its grace period or gave up,
+    with its state, failure count, how long it has been failing and its last error."""
     checks: dict[str, Any] = {"storage": host.started and host.store is not None, "bus": host.runtime.bus is not None}
     loaded = [s.id for s in host.registry.statuses() if s.state == "loaded"] if host.runtime.registry else []
     checks["bundles"] = loaded
-    ready = bool(checks["storage"] and checks["bus"] and loaded)
+    background = host.runtime.background.health()
+    checks["background"] = {task.name: task.to_json() for task in background}
+    ready = bool(checks["storage"] and checks["bus"] and loaded) and not any(task.down for task in background)
     if host.distributed is not None and host.storage is not None:  # the services every process shares
         probes = await probe_backend(host.storage, host.distributed.redis)
         checks["services"] = {probe.service: {"ok": probe.ok, "detail": probe.detail} for probe in probes}

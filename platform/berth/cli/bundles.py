@@ -9,12 +9,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
+import redis.asyncio as aioredis
 
 from berth.cli.table import print_table
+from berth.config import Configuration, find_descriptors_dir
 from berth.config.errors import ConfigError
 from berth.host.broadcast import read_worker_reports
+from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleStatus
-from berth.host.runtime import HostRuntime, redis_client_for
+from berth.host.reload_acks import broadcast_reload
+from berth.host.runtime import HostRuntime, default_worker_id, redis_client_for
 from berth.host.scaffold import scaffold_bundle
 
 DESCRIPTORS_OPTION = click.option(
@@ -95,52 +99,73 @@ def list_bundles(descriptors: Path | None, output_format: str) -> None:
 @bundles_group.command("reload")
 @click.argument("bundle_id")
 @DESCRIPTORS_OPTION
-@click.option("--wait", "wait_s", type=float, default=10.0, show_default=True, help="seconds to wait for workers")
+@click.option(
+    "--wait", "wait_s", type=float, default=10.0, show_default=True, help="seconds to wait for every process's answer"
+)
 def reload_bundle(bundle_id: str, descriptors: Path | None, wait_s: float) -> None:
-    """Reload BUNDLE_ID: in distributed mode on every worker (over Redis); otherwise validate a fresh load here."""
-
-    async def run() -> int:
-        runtime = HostRuntime.for_descriptors(descriptors, watch=False)
-        await runtime.start()
-        assert runtime.registry is not None
-        registry = runtime.registry
-        if bundle_id not in registry.config.descriptors.bundles.bundles:
-            await runtime.stop()
-            raise ConfigError("bundle_unknown", f"bundle '{bundle_id}' is not in bundles.yaml")
-        client = redis_client_for(registry.config)
-        if client is None:
-            outcome = await registry.reload(bundle_id, reason="cli")
-            await runtime.stop()
-            if not outcome.ok:
-                click.echo(f"{bundle_id}: reload failed: {outcome.error}", err=True)
-                return 1
-            click.echo(
-                f"{bundle_id}: generation {outcome.generation} loads cleanly ({outcome.duration_s * 1000:.0f} ms)"
-            )
-            click.echo("embedded mode: a running `berth run` reloads through POST /v1/admin/bundles/{id}/reload")
-            return 0
-        before = {r.worker_id: r.bundles.get(bundle_id) for r in await read_worker_reports(client)}
-        await runtime.request_reload(bundle_id)
-        deadline = time.monotonic() + wait_s
-        pending = {w for w in before if w != runtime.worker_id}
-        while pending and time.monotonic() < deadline:
-            for report in await read_worker_reports(client):
-                old, new = before.get(report.worker_id), report.bundles.get(bundle_id)
-                if report.worker_id in pending and new is not None and (old is None or new != old):
-                    click.echo(
-                        f"{report.worker_id}: generation {new.generation} {new.state} {new.error or ''}".rstrip()
-                    )
-                    pending.discard(report.worker_id)
-            await asyncio.sleep(0.1)
-        await runtime.stop()
-        await client.aclose()
-        for worker_id in sorted(pending):
-            click.echo(f"{worker_id}: no report within {wait_s:g} s", err=True)
-        return 1 if pending else 0
-
-    code = asyncio.run(run())
+    """Reload BUNDLE_ID: in distributed mode in every host process (over Redis), printing each process's answer
+    (exit 1 when one did not answer, a reload failed, or no process received it); otherwise validate a fresh
+    load here."""
+    plugins = PlatformPlugins.discover()
+    config = Configuration.load(find_descriptors_dir(descriptors), secret_providers=plugins.secret_providers())
+    if bundle_id not in config.descriptors.bundles.bundles:
+        raise ConfigError("bundle_unknown", f"bundle '{bundle_id}' is not in bundles.yaml")
+    client = redis_client_for(config)
+    if client is None:
+        code = asyncio.run(_validate_reload(bundle_id, descriptors))
+    else:
+        code = asyncio.run(_broadcast_reload(client, bundle_id, wait_s))
     if code:
         raise click.exceptions.Exit(code)
+
+
+async def _validate_reload(bundle_id: str, descriptors: Path | None) -> int:
+    """Embedded mode: load a fresh generation in this process and say whether it loads."""
+    runtime = HostRuntime.for_descriptors(descriptors, watch=False)
+    await runtime.start()
+    assert runtime.registry is not None
+    outcome = await runtime.registry.reload(bundle_id, reason="cli")
+    await runtime.stop()
+    if not outcome.ok:
+        click.echo(f"{bundle_id}: reload failed: {outcome.error}", err=True)
+        return 1
+    click.echo(f"{bundle_id}: generation {outcome.generation} loads cleanly ({outcome.duration_s * 1000:.0f} ms)")
+    click.echo("embedded mode: a running `berth run` reloads through POST /v1/admin/bundles/{id}/reload")
+    return 0
+
+
+async def _broadcast_reload(client: aioredis.Redis, bundle_id: str, wait_s: float) -> int:
+    """Distributed mode: ask every host process to reload, print what each answered and who did not."""
+    try:
+        reports = await read_worker_reports(client)
+        result = await broadcast_reload(
+            client,
+            bundle_id,
+            origin=f"cli-{default_worker_id()}",
+            expected=[r.worker_id for r in reports],
+            timeout_s=wait_s,
+        )
+    finally:
+        await client.aclose()
+    for ack in result.acks:
+        click.echo(ack.line())
+    reported_at = {report.worker_id: report.reported_at for report in reports}
+    for worker_id in result.silent:
+        age = f"its last report is {max(time.time() - reported_at[worker_id], 0):.0f} s old"
+        if result.receivers == 0:
+            click.echo(f"{worker_id}: did not receive the request (not subscribed; {age})", err=True)
+        else:
+            click.echo(f"{worker_id}: no answer within {wait_s:g} s ({age})", err=True)
+    if result.unnamed:
+        click.echo(
+            f"{result.unnamed} more process(es) received the request but did not answer within {wait_s:g} s", err=True
+        )
+    if result.reached_none:
+        click.echo(
+            f"{bundle_id}: the reload reached no process (no `berth run` or `berth worker` answered on this Redis)",
+            err=True,
+        )
+    return 0 if result.ok else 1
 
 
 @bundles_group.command("new")

@@ -1,7 +1,9 @@
 """Which of a distributed deployment's services answer: PostgreSQL (and its schema), Redis, the artifact store.
 
 ``berth run --check-services`` (and ``berth worker --check-services``) print the probes and exit; ``/readyz`` of an
-API process in distributed mode reports them too. A probe's detail names the server, never a password.
+API process in distributed mode reports them too, under the stable keys ``postgres``, ``redis`` and ``artifacts``
+(the artifact store's kind, ``s3`` or ``local``, begins its detail). A probe's detail names the server, never a
+password.
 """
 
 from __future__ import annotations
@@ -51,8 +53,14 @@ async def probe_backend(backend: Any, redis: Any) -> list[ServiceProbe]:
     probes = [await _probe("postgres", backend.ping()), await _probe("redis", _ping_redis(redis))]
     store = backend.connections.artifact_store
     if store is not None:
-        probes.append(await _probe(f"artifacts ({backend.connections.artifacts.kind})", store.check()))
+        probes.append(await _probe_artifacts(backend.connections.artifacts.kind, store))
     return probes
+
+
+async def _probe_artifacts(kind: str, store: Any) -> ServiceProbe:
+    """The artifact store's probe, under the key ``artifacts`` with its kind in the detail (``s3: bucket b``)."""
+    probe = await _probe("artifacts", store.check())
+    return ServiceProbe(probe.service, probe.ok, f"{kind}: {probe.detail}")
 
 
 async def _ping_redis(client: Any) -> str:
@@ -74,7 +82,7 @@ async def probe_services(config: Configuration, plugins: PlatformPlugins) -> lis
             probes = [opened, await _probe("redis", _ping_redis(client))]
             store = backend.connections.artifact_store
             if store is not None:
-                probes.append(await _probe(f"artifacts ({backend.connections.artifacts.kind})", store.check()))
+                probes.append(await _probe_artifacts(backend.connections.artifacts.kind, store))
                 await store.aclose()
             return probes
         try:
@@ -86,5 +94,5 @@ async def probe_services(config: Configuration, plugins: PlatformPlugins) -> lis
 
 
 async def _open(backend: Any) -> str:
-    await backend.open()
+    await backend.open(wait=False)  # a probe answers now: it does not wait out the retry budget
     return str(await backend.ping())

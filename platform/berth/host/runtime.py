@@ -1,6 +1,9 @@
 """A host process's bundle side: configuration, platform plugins, the registry and its reload triggers.
 
-The API server (``berth run``) and turn workers (``berth worker``) both run one :class:`HostRuntime`.
+The API server (``berth run``) and turn workers (``berth worker``) both run one :class:`HostRuntime`. Its
+long-lived loops (the reload bus, the worker report's heartbeat, the watchers) run as supervised tasks
+(:attr:`HostRuntime.background`): a loop that fails is started again with backoff, and ``/readyz`` reports one
+that stays down.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ import redis.asyncio as aioredis
 
 from berth.config import ConfigError, Configuration, find_descriptors_dir
 from berth.distributed.connections import DistributedConnections
+from berth.distributed.redis_client import connect_redis
 from berth.host.broadcast import LocalReloadBus, RedisReloadBus, RedisWorkerReporter, ReloadBus
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry, ReloadOutcome
+from berth.host.reload_acks import ReloadAck
+from berth.host.supervised import BackgroundTasks
 from berth.host.watcher import BundleWatcher, DescriptorWatcher
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.store import SpaceStoreFactory
@@ -33,14 +39,18 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+BACKGROUND_REDIS_RETRIES = 3
+"""Retries of a command of the bus and the reporter: enough to replace a connection a Redis restart closed, few
+enough that a Redis that is down fails the loop within a second (its supervisor then backs off)."""
+
+
 def redis_client_for(config: Configuration) -> aioredis.Redis | None:
     """A Redis client when the platform storage is distributed, else None."""
     storage = config.settings_for().storage
     if storage.kind != "distributed":
         return None
     url = config.secret_resolver.resolve_setting(storage.redis.url, "storage.redis.url").reveal()
-    client: aioredis.Redis = aioredis.from_url(url)
-    return client
+    return connect_redis(url, retries=BACKGROUND_REDIS_RETRIES)
 
 
 class HostRuntime:
@@ -68,7 +78,9 @@ class HostRuntime:
         self.worker_id = worker_id or default_worker_id()
         self._watch = watch
         self._load_timeout_s = load_timeout_s
-        self._tasks: list[asyncio.Task[object]] = []
+        self.background = BackgroundTasks()
+        """The process's supervised loops (``checks.background`` of ``/readyz``); other parts may add theirs."""
+        self._one_shots: set[asyncio.Task[object]] = set()
         self._redis: aioredis.Redis | None = None
         self._reporter: RedisWorkerReporter | None = None
         self._watchers: list[BundleWatcher | DescriptorWatcher] = []
@@ -98,19 +110,37 @@ class HostRuntime:
         self.registry = registry
         outcomes = await registry.start()
         self._redis = redis_client_for(config)
+        bus: ReloadBus
         if self._redis is not None:
-            self.bus = RedisReloadBus(self._redis, self.worker_id)
-            self._reporter = RedisWorkerReporter(self._redis, self.worker_id, registry)
-            registry.add_listener(lambda outcome: self._spawn(self._reporter.publish()) if self._reporter else None)
-            self._spawn(self._reporter.run())
+            reporter = RedisWorkerReporter(self._redis, self.worker_id, registry)
+            self._reporter = reporter
+            bus = RedisReloadBus(self._redis, self.worker_id, on_subscribed=reporter.publish)
+            registry.add_listener(lambda outcome: self._spawn_once(reporter.publish(), "publish the worker report"))
+            self.background.spawn("worker report", reporter.run)
         else:
-            self.bus = LocalReloadBus()
-        self._spawn(self.bus.run(lambda bundle_id: registry.reload(bundle_id, reason="broadcast")))
+            bus = LocalReloadBus()
+        self.bus = bus
+        self.background.spawn("reload bus", lambda: bus.run(self._reload_for_bus))
         if self._watch:
-            self._watchers = [BundleWatcher(registry), DescriptorWatcher(registry, self._load_configuration)]
-            for watcher in self._watchers:
-                self._spawn(watcher.run())
+            bundles, descriptors = BundleWatcher(registry), DescriptorWatcher(registry, self._load_configuration)
+            self._watchers = [bundles, descriptors]
+            self.background.spawn("bundle watcher", bundles.run)
+            self.background.spawn("descriptor watcher", descriptors.run)
         return outcomes
+
+    async def _reload_for_bus(self, bundle_id: str) -> ReloadAck:
+        """Reload ``bundle_id`` as a broadcast asks; say what this process serves afterwards."""
+        assert self.registry is not None
+        outcome = await self.registry.reload(bundle_id, reason="broadcast")
+        status = next((s for s in self.registry.statuses() if s.id == bundle_id), None)
+        return ReloadAck(
+            worker_id=self.worker_id,
+            bundle_id=bundle_id,
+            ok=outcome.ok,
+            generation=status.generation if status is not None else outcome.generation,
+            state=status.state if status is not None else ("loaded" if outcome.ok else "failed"),
+            error=str(outcome.error) if outcome.error else None,
+        )
 
     def _knowledge_service(self, config: Configuration) -> KnowledgeService:
         """The knowledge service with the platform's embedder (``platform.embedder``), built by its plugin."""
@@ -150,15 +180,15 @@ class HostRuntime:
 
     async def stop(self) -> None:
         """Stop the triggers and unload every generation."""
+        self.background.request_stop()  # the loops' ends below are final: no restart
         for watcher in self._watchers:
             watcher.stop()
         if self.bus is not None:
             await self.bus.close()
         if self._reporter is not None:
             await self._reporter.close()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
-        for task in self._tasks:
+        await self.background.stop(timeout_s=5)
+        for task in list(self._one_shots):
             task.cancel()
         if self.registry is not None:
             await self.registry.close()
@@ -166,11 +196,14 @@ class HostRuntime:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, object]) -> None:
+    def _spawn_once(self, coroutine: Coroutine[Any, Any, object], what: str) -> None:
+        """Run a one-off coroutine in the background; a failure is logged (the next heartbeat makes up for it)."""
         task: asyncio.Task[object] = asyncio.ensure_future(coroutine)
-        self._tasks.append(task)
-        task.add_done_callback(self._log_failure)
+        self._one_shots.add(task)
 
-    def _log_failure(self, task: asyncio.Task[object]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("host background task failed", exc_info=task.exception())
+        def done(finished: asyncio.Task[object]) -> None:
+            self._one_shots.discard(finished)
+            if not finished.cancelled() and (error := finished.exception()) is not None:
+                log.warning("could not %s: %s: %s", what, type(error).__name__, error)
+
+        task.add_done_callback(done)

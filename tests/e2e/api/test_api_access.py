@@ -186,7 +186,8 @@ async def test_ops_endpoints_and_a_valid_openapi_document(tmp_path: Path) -> Non
         assert ready.json()["checks"]["bundles"] == ["hello"]
         if stack.worker is not None:  # distributed: the services every process shares answer
             services = ready.json()["checks"]["services"]
-            assert set(services) == {"postgres", "redis", "artifacts (local)"}
+            assert set(services) == {"postgres", "redis", "artifacts"}
+            assert services["artifacts"]["detail"].startswith("local: folder "), services
             assert all(service["ok"] for service in services.values()), services
         metrics = (await stack.client.get("/metrics", headers=stack.auth("admin"))).text
         for name in (
