@@ -53,14 +53,16 @@ class QueuedTurnRunner:
         self.max_attempts = storage.max_turn_attempts
         """Attempts a turn gets before it is parked (``platform.storage.max_turn_attempts``)."""
 
-    async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere", "retry"]:
+    async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere", "retry", "isolate"]:
         """Worker side: claim a queued turn and run it to its commit.
 
         Returns ``ran``; ``ended`` when there was nothing to run (the turn had ended, never existed, or was parked
         after too many attempts): its entry is done; ``elsewhere`` when another live process runs it (it always did,
         or took it over while it ran here because this process lost its owner lock): the entry is that process's to
         finish; ``retry`` when this attempt failed and the turn went back to the queue: the entry is left pending,
-        so a worker takes it again after the lease, and nobody was told the turn failed.
+        so a worker takes it again after the lease, and nobody was told the turn failed; ``isolate`` when the turn's
+        next attempt is its last and this worker runs other turns: nothing changed, and the worker claims it again
+        once it runs nothing else (a last attempt runs alone, so no other turn dies with it).
 
         A turn another live process runs is left to it; a turn that has ended needs nothing (its event log is
         closed, should its worker have died between the commit and closing it). A turn whose worker died is
@@ -68,9 +70,15 @@ class QueuedTurnRunner:
         parks the turn (stored ``failed``, ``turn_poisoned``) and tells its clients so.
         """
         parts = self.distributed
+        alone = not self.services.turns  # the turns this process runs now
         try:
-            claimed = await parts.claims.claim_turn(entry.scope, entry.turn_id, max_attempts=self.max_attempts)
+            claimed = await parts.claims.claim_turn(
+                entry.scope, entry.turn_id, max_attempts=self.max_attempts, alone=alone
+            )
         except StorageError as error:
+            if error.code == "turn_needs_isolation":
+                log.info("turn %s runs its last attempt alone: it waits until this worker is idle", entry.turn_id)
+                return "isolate"
             if error.code in ("turn_owned", "turn_not_found"):
                 log.info("queued turn %s is not this worker's to run: %s", entry.turn_id, error.message)
                 return "elsewhere" if error.code == "turn_owned" else "ended"

@@ -73,7 +73,7 @@ class TurnClaims(Protocol):
         ...
 
     async def claim_turn(
-        self, scope: ConversationScope, turn_id: str, *, max_attempts: int | None = None
+        self, scope: ConversationScope, turn_id: str, *, max_attempts: int | None = None, alone: bool = True
     ) -> ClaimedTurn | ParkedTurn | None:
         """Make this store instance the turn's owner, counting one more attempt; return its log so far and its
         request.
@@ -82,7 +82,11 @@ class TurnClaims(Protocol):
         attempt ``max_attempts + 1``, the turn is parked instead: stored ``failed`` with exit reason
         :data:`POISONED` and its last error, and a :class:`ParkedTurn` returned.
 
-        :raises StorageError: ``turn_owned`` when a live process runs it; ``turn_not_found``.
+        The last attempt of a turn begun before is refused to a claimer that runs other turns (``alone`` false),
+        so the turns sharing a worker with one that kills its workers are not parked in its place.
+
+        :raises StorageError: ``turn_owned`` when a live process runs it; ``turn_not_found``; ``turn_needs_isolation``
+            (nothing changed) for such a last attempt claimed by a busy worker.
         """
         ...
 

@@ -910,15 +910,19 @@ class PostgresConversationStore:
         await self.conversation(scope).accept_turn(turn_id, accepted_at=accepted_at, head=head, request=request)
 
     async def claim_turn(
-        self, scope: ConversationScope, turn_id: str, *, max_attempts: int | None = None
+        self, scope: ConversationScope, turn_id: str, *, max_attempts: int | None = None, alone: bool = True
     ) -> ClaimedTurn | ParkedTurn | None:
         """Make this instance the owner of an unfinished turn the queue holds, or whose owner is gone, counting one
         more attempt; return its log so far and its request. None when the turn has ended; a :class:`ParkedTurn`
         when this would be attempt ``max_attempts + 1`` (the turn is stored ``failed``, ``turn_poisoned``, instead).
 
         A claim by the instance that owns the turn already (it reads the turn's entry again) is no new attempt.
+        The last attempt of a turn that was begun before runs alone: a claimer that runs other turns (``alone``
+        false) is refused it, so the turns that share a worker with a turn that kills its workers do not die with it
+        at every attempt and get parked in its place.
 
-        :raises StorageError: ``turn_owned`` when a live instance owns it; ``turn_not_found``.
+        :raises StorageError: ``turn_owned`` when a live instance owns it; ``turn_not_found``;
+            ``turn_needs_isolation`` (nothing changed) for a last attempt claimed by a busy worker.
         """
         handle = self.conversation(scope)
         key = _scope_args(scope)
@@ -937,6 +941,8 @@ class PostgresConversationStore:
                 if not free:
                     raise StorageError("turn_owned", f"turn {turn_id!r} is run by another live process")
             attempts = row["attempts"] + (0 if owner == self.owner_key else 1)
+            if max_attempts is not None and not alone and 2 <= attempts == max_attempts:
+                raise StorageError("turn_needs_isolation", f"turn {turn_id!r} runs its last attempt on an idle worker")
             if max_attempts is not None and attempts > max_attempts:
                 error = _poisoned_reason(row["attempts"], row["last_error"])
                 await connection.execute(

@@ -166,3 +166,21 @@ async def test_an_operator_ends_or_retries_a_turn_whoever_owns_it(
     assert await queued.unfinished_turns() == ()
     (turn,) = (await queued.conversation(scope).load()).turns
     assert (turn.state, turn.exit_reason, turn.error) == ("failed", "ended_by_operator", "stuck")
+
+
+async def test_the_last_attempt_of_a_turn_that_died_before_is_only_for_an_idle_worker(
+    queued: PostgresConversationStore, migrated: str, scope: ConversationScope
+) -> None:
+    await accept(queued, scope, "turn_1")
+    for attempt in (1, 2):  # busy workers take its first attempts; each dies with it
+        async with PostgresConversationStore(migrated, queued=True) as busy:
+            claimed = await busy.claim_turn(scope, "turn_1", max_attempts=3, alone=False)
+            assert isinstance(claimed, ClaimedTurn) and claimed.attempt == attempt
+    async with PostgresConversationStore(migrated, queued=True) as busy:
+        with pytest.raises(StorageError) as refused:  # its last attempt: not beside other turns
+            await busy.claim_turn(scope, "turn_1", max_attempts=3, alone=False)
+        assert refused.value.code == "turn_needs_isolation"
+        (waiting,) = await queued.unfinished_turns()
+        assert (waiting.attempts, waiting.owner_alive) == (2, False)  # the refusal changed nothing
+        claimed = await busy.claim_turn(scope, "turn_1", max_attempts=3, alone=True)  # now it runs nothing else
+        assert isinstance(claimed, ClaimedTurn) and claimed.attempt == 3
