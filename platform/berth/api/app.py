@@ -1,4 +1,8 @@
-"""``create_app``: the FastAPI application of a Berth host (SPEC §9)."""
+"""``create_app``: the FastAPI application of a Berth host (SPEC §9).
+
+:func:`build_services` is what ``berth worker`` needs too, and a worker serves no API: FastAPI, the routes and the
+middleware are imported by :func:`create_app`.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +11,17 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from berth import __version__
-from berth.api.body_limit import BodyLimitMiddleware
-from berth.api.errors import install_error_handlers
-from berth.api.header_limit import HeaderLimitMiddleware
-from berth.api.heap import HeapGovernor
-from berth.api.mcp_server import McpEndpoint
-from berth.api.routes import admin, bundles, conversations, ops, usage
-from berth.api.safe_paths import SafeStaticFiles
-from berth.api.security_headers import SecurityHeadersMiddleware
+import berth
 from berth.api.services import HostServices
 from berth.config import Configuration, find_descriptors_dir
 from berth.host.plugins import PlatformPlugins
 from berth.host.runtime import HostRuntime
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -37,12 +33,15 @@ def build_services(
     watch: bool = False,
     platform_overrides: dict[str, Any] | None = None,
     worker_id: str | None = None,
+    plugins: PlatformPlugins | None = None,
 ) -> HostServices:
     """Host services over a descriptors folder (default location when None) with the installed plugins.
 
     :param worker_id: this process's name in reload reports (default: host-pid).
+    :param plugins: the platform plugins when the caller discovered them already (``berth run --demo`` builds the
+        services twice: the second time with overrides read from the first's configuration).
     """
-    plugins = PlatformPlugins.discover()
+    plugins = plugins or PlatformPlugins.discover()
     root = find_descriptors_dir(descriptors)
 
     def load() -> Configuration:
@@ -71,6 +70,18 @@ def create_app(
         Measured on ``bench/api_load.py --turns 12``: full-collection pauses of 60 to 190 ms every few seconds
         became rare sweeps, and the long run's added p99 first delta went from 76-126 ms to 4.5 ms.
     """
+    from fastapi import FastAPI
+    from fastapi.middleware.cors import CORSMiddleware
+
+    from berth.api.body_limit import BodyLimitMiddleware
+    from berth.api.errors import install_error_handlers
+    from berth.api.header_limit import HeaderLimitMiddleware
+    from berth.api.heap import HeapGovernor
+    from berth.api.mcp_server import McpEndpoint
+    from berth.api.routes import admin, bundles, conversations, ops, usage
+    from berth.api.safe_paths import SafeStaticFiles
+    from berth.api.security_headers import SecurityHeadersMiddleware
+
     host = services or build_services(descriptors, **options)
     mcp_endpoint = McpEndpoint(host)
 
@@ -93,7 +104,7 @@ def create_app(
         finally:
             await host.stop()
 
-    app = FastAPI(title="Berth", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="Berth", version=berth.__version__, lifespan=lifespan)
     app.state.services = host
     install_error_handlers(app)
     for router in (ops.router, conversations.router, bundles.router, admin.router, usage.router):

@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-
-from fastapi import Request
+from typing import TYPE_CHECKING
 
 from berth.api.errors import ApiError, not_found
-from berth.config.descriptors import DescriptorSet
+
+if TYPE_CHECKING:
+    from fastapi import Request
+
+    from berth.config.descriptors import DescriptorSet
 
 
 @dataclass(frozen=True)

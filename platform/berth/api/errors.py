@@ -1,18 +1,23 @@
-"""API errors: one JSON shape, ``{"error": {"code", "message", "details"}}``, never a stack trace."""
+"""API errors: one JSON shape, ``{"error": {"code", "message", "details"}}``, never a stack trace.
+
+:class:`ApiError` is raised far from HTTP (admission, the host services a worker runs on too), so FastAPI is
+imported only by :func:`install_error_handlers`, when an app is built.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from typing import TYPE_CHECKING, Any
 
 from berth.config.errors import ConfigError
 from berth.config.redaction import redact
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+
+    SCOPED_ERRORS: dict[int | str, dict[str, Any]]
+    ADMIN_ERRORS: dict[int | str, dict[str, Any]]
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +43,23 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorResponse, "description": _STATUS_CODES[status]} for status in statuses}
 
 
-SCOPED_ERRORS = error_responses(400, 401, 404, 409, 413, 415, 422, 429, 503)
-"""What a route under ``/v1/{tenant}/{project}`` may answer besides its success."""
+_DOCUMENTED_ERRORS: dict[str, tuple[int, ...]] = {
+    "SCOPED_ERRORS": (400, 401, 404, 409, 413, 415, 422, 429, 503),
+    "ADMIN_ERRORS": (401, 403, 404, 413, 422, 503),
+}
+"""``SCOPED_ERRORS``: what a route under ``/v1/{tenant}/{project}`` may answer besides its success;
+``ADMIN_ERRORS``: what an admin route may. Built on first use (PEP 562): their bodies are the API's pydantic
+schemas, which only the routes need."""
 
-ADMIN_ERRORS = error_responses(401, 403, 404, 413, 422, 503)
-"""What an admin route may answer besides its success."""
+
+def __getattr__(name: str) -> Any:
+    """``SCOPED_ERRORS`` and ``ADMIN_ERRORS`` (:func:`error_responses` of their statuses), made on first use."""
+    statuses = _DOCUMENTED_ERRORS.get(name)
+    if statuses is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = error_responses(*statuses)
+    globals()[name] = value
+    return value
 
 
 class ApiError(Exception):
@@ -85,6 +102,9 @@ def invalid_request(errors: Sequence[Any]) -> ApiError:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Answer every error with the JSON shape above."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -10,6 +10,9 @@ authenticating it with the REST API's keys, and resolve the bundle's *current* g
 so ``tools/list`` after a reload shows the new tool set and ``tools/call`` runs the new code. A call pins the
 generation it runs on (``registry.use``), like a turn does. Sessions that listed a bundle's tools get
 ``notifications/tools/list_changed`` when that bundle is reloaded.
+
+The SDK is imported, and its session manager started, by the first MCP request (:mod:`berth.api.mcp_sdk`): a host
+that is never asked over MCP does not load it, and starts that much sooner.
 """
 
 from __future__ import annotations
@@ -20,26 +23,15 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
-from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.models import InitializationOptions
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from berth import __version__
+import berth
 from berth.api.auth import Caller, authenticate
 from berth.api.errors import ApiError, error_body, not_found
 from berth.api.services import HostServices
@@ -53,6 +45,11 @@ from berth.tools.results import ToolOutput
 from berth.tools.scoped import tools_in_scope
 from berth.tools.spec import ToolSpec
 
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp/{tenant}/{project}/{bundle}"
@@ -61,12 +58,10 @@ MCP_PATH = "/mcp/{tenant}/{project}/{bundle}"
 MAX_LISTENERS = 10_000
 """Sessions remembered for ``tools/list_changed`` (the SDK's default session limit)."""
 
+MCP_SESSION_ID_HEADER = "mcp-session-id"
+"""The streamable HTTP transport's session header (the SDK's ``MCP_SESSION_ID_HEADER``)."""
+
 _TARGET_KEY = "berth.mcp_target"
-_LOOPBACK = TransportSecuritySettings(
-    enable_dns_rebinding_protection=True,
-    allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"],
-    allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-)
 
 
 @dataclass(frozen=True)
@@ -88,6 +83,8 @@ class ExposedTool:
 
     def describe(self) -> types.Tool:
         """The ``tools/list`` entry: id, description, params schema, read-only hint."""
+        import mcp_types as types
+
         return types.Tool(
             name=self.tool_id,
             description=self.spec.description,
@@ -130,6 +127,8 @@ async def call_exposed_tool(tool: ExposedTool, arguments: Mapping[str, Any]) -> 
 def tool_result(value: Any) -> types.CallToolResult:
     """Map a tool's return value (or :class:`ToolOutput`) to an MCP result: the value as text (JSON for data,
     which is also ``structuredContent`` when it is an object), images, sources as resources, ``isError``."""
+    import mcp_types as types
+
     output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
     data = output.value.model_dump(mode="json") if isinstance(output.value, BaseModel) else output.value
     content: list[types.ContentBlock] = []
@@ -153,7 +152,9 @@ def tool_result(value: Any) -> types.CallToolResult:
 
 def error_result(code: str, message: str) -> types.CallToolResult:
     """An ``isError`` result saying ``code: message``."""
-    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], is_error=True)
+    from mcp_types import CallToolResult, TextContent
+
+    return CallToolResult(content=[TextContent(text=f"{code}: {message}")], is_error=True)
 
 
 @dataclass
@@ -162,21 +163,6 @@ class _Listener:
 
     bundle_id: str
     session: Any  # the SDK's ServerSession of the session's last tools/list
-
-
-class _BerthMcpServer(Server[Any]):
-    """The SDK server, announcing ``tools.listChanged`` (the handshake-era capabilities are otherwise derived
-    from ``NotificationOptions`` nobody passes on the streamable HTTP path)."""
-
-    def create_initialization_options(
-        self,
-        notification_options: NotificationOptions | None = None,
-        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-        extensions: dict[str, dict[str, Any]] | None = None,
-    ) -> InitializationOptions:
-        """The ``initialize`` result, with ``tools.listChanged``."""
-        options = notification_options or NotificationOptions(tools_changed=True)
-        return super().create_initialization_options(options, experimental_capabilities, extensions)
 
 
 @dataclass
@@ -189,16 +175,12 @@ class McpEndpoint:
     _manager: StreamableHTTPSessionManager | None = field(default=None, init=False)
     _listeners: dict[str, _Listener] = field(default_factory=dict, init=False)
     _notifying: set[asyncio.Task[None]] = field(default_factory=set, init=False)
-    _server: Server[Any] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._server = _BerthMcpServer(
-            "berth",
-            version=__version__,
-            instructions="The tools of one Berth bundle, as the bundle's agent sees them.",
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-        )
+    _stopping: asyncio.Event | None = field(default=None, init=False)
+    """An event while :meth:`run` is entered (None outside it), set when the block ends."""
+    _loopback_only: bool = field(default=False, init=False)
+    _sessions: asyncio.Task[None] | None = field(default=None, init=False)
+    """The task that owns the SDK's session manager (enters and leaves its task group), once a request started it."""
+    _started: asyncio.Future[StreamableHTTPSessionManager] | None = field(default=None, init=False)
 
     def route(self) -> Route:
         """The app route at :data:`MCP_PATH` (every method: POST, the GET stream, DELETE)."""
@@ -206,21 +188,70 @@ class McpEndpoint:
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        """Serve MCP sessions until the block ends (then every open session is closed)."""
+        """Serve MCP sessions until the block ends (then every open session is closed).
+
+        The SDK's session manager starts with the first MCP request (:meth:`_session_manager`), in a task of its
+        own that this block's end stops.
+        """
         descriptors = self.services.config.descriptors
         # With auth: none every caller is the local admin, so only loopback Host/Origin headers are accepted
         # (a web page must not reach the tools through DNS rebinding).
-        security = _LOOPBACK if descriptors.gateway.auth.mode == "none" else None
-        self._manager = StreamableHTTPSessionManager(self._server, security_settings=security)
+        self._loopback_only = descriptors.gateway.auth.mode == "none"
+        self._stopping = asyncio.Event()
         self.services.registry.add_listener(self._generation_changed)
         try:
-            async with self._manager.run():
-                yield
+            yield
+        finally:
+            self._stopping.set()
+            sessions, self._sessions, self._started = self._sessions, None, None
+            try:
+                if sessions is not None:
+                    await sessions
+            finally:
+                self._stopping = None
+                self._manager = None
+                self._listeners.clear()
+                for task in list(self._notifying):
+                    task.cancel()
+
+    async def _session_manager(self) -> StreamableHTTPSessionManager:
+        """The SDK's running session manager; the first call imports the SDK and starts it."""
+        if self._manager is not None:
+            return self._manager
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_future()
+            self._started.add_done_callback(_retrieve_exception)
+            self._sessions = asyncio.create_task(self._serve_sessions(self._started), name="mcp sessions")
+        return await asyncio.shield(self._started)
+
+    async def _serve_sessions(self, started: asyncio.Future[StreamableHTTPSessionManager]) -> None:
+        """Own the session manager: run it until :meth:`run` ends (a failure to start fails the waiting requests)."""
+        from berth.api.mcp_sdk import LOOPBACK, BerthMcpServer, StreamableHTTPSessionManager
+
+        stopping = self._stopping
+        assert stopping is not None
+        try:
+            server = BerthMcpServer(
+                "berth",
+                version=berth.__version__,
+                instructions="The tools of one Berth bundle, as the bundle's agent sees them.",
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+            )
+            manager = StreamableHTTPSessionManager(server, security_settings=LOOPBACK if self._loopback_only else None)
+            async with manager.run():
+                self._manager = manager
+                started.set_result(manager)
+                await stopping.wait()
+        except asyncio.CancelledError:
+            started.cancel()
+            raise
+        except Exception as exc:
+            if started.done():  # it failed while serving: the app's run ends with the error, as it always did
+                raise
+            started.set_exception(exc)  # it failed to start: the requests waiting for it fail with the error
         finally:
             self._manager = None
-            self._listeners.clear()
-            for task in list(self._notifying):
-                task.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request of an MCP session (POST, GET stream, DELETE)."""
@@ -232,10 +263,14 @@ class McpEndpoint:
             response = JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=exc.headers)
             await response(scope, receive, send)
             return
-        if self._manager is None:
+        if self._stopping is None or self._stopping.is_set():
             response = JSONResponse(error_body("starting", "the host is still starting"), status_code=503)
             await response(scope, receive, send)
             return
+        manager = await self._session_manager()
+        from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+        from mcp.server.auth.provider import AccessToken
+
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if request.method == "DELETE" and session_id:
             self._listeners.pop(session_id, None)
@@ -245,7 +280,7 @@ class McpEndpoint:
         path = f"{target.tenant}/{target.project}/{target.bundle_id}"
         token = AccessToken(token="", client_id=f"{target.caller.key_id}@{path}", scopes=[])
         scope["user"] = AuthenticatedUser(token)
-        await self._manager.handle_request(scope, receive, send)
+        await manager.handle_request(scope, receive, send)
 
     def _target(self, request: Request) -> McpTarget:
         params = request.path_params
@@ -263,6 +298,8 @@ class McpEndpoint:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        import mcp_types as types
+
         target = _target_of(ctx)
         async with self._pinned(target) as (generation, context):
             tools = exposed_tools(generation, context, self.services.plugins.tool_packs())
@@ -275,6 +312,9 @@ class McpEndpoint:
         return types.ListToolsResult(tools=[tools[tool_id].describe() for tool_id in sorted(tools)])
 
     async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        import mcp_types as types
+        from mcp.shared.exceptions import MCPError
+
         target = _target_of(ctx)
         async with self._pinned(target) as (generation, context):
             tools = exposed_tools(generation, context, self.services.plugins.tool_packs())
@@ -290,6 +330,9 @@ class McpEndpoint:
     @asynccontextmanager
     async def _pinned(self, target: McpTarget) -> AsyncIterator[tuple[BundleGeneration, BundleContext]]:
         """The bundle's current generation, pinned for the block, and its context in the target's scope."""
+        import mcp_types as types
+        from mcp.shared.exceptions import MCPError
+
         registry = self.services.registry
         try:
             async with registry.use(target.bundle_id) as generation:
@@ -320,7 +363,16 @@ class McpEndpoint:
             self._listeners.pop(session_id, None)
 
 
+def _retrieve_exception(future: asyncio.Future[Any]) -> None:
+    # A failure to start reaches every request that awaits it; this keeps asyncio from also logging it.
+    if not future.cancelled():
+        future.exception()
+
+
 def _target_of(ctx: ServerRequestContext[Any]) -> McpTarget:
+    import mcp_types as types
+    from mcp.shared.exceptions import MCPError
+
     request = ctx.request
     target = request.scope.get(_TARGET_KEY) if isinstance(request, Request) else None
     if not isinstance(target, McpTarget):  # every request reaches the SDK through McpEndpoint

@@ -1,4 +1,10 @@
-"""Prometheus metrics of an API process (``GET /metrics``)."""
+"""Prometheus metrics of an API process (``GET /metrics``) and of a worker (its health port's ``/metrics``).
+
+In distributed mode a worker also counts what happens to the queued turns it takes (reclaims, takeovers, requeues,
+attempts, retries, turns that could not be run, time in the queue); the turn runner and the store report through
+:meth:`Metrics.turn_attempt`, :meth:`Metrics.turn_retry`, :meth:`Metrics.turn_unrunnable` and
+:meth:`Metrics.store_retry`.
+"""
 
 from __future__ import annotations
 
@@ -38,12 +44,100 @@ class Metrics:
             "autoscaling follows)",
             registry=self.registry,
         )
+        self._queue_metrics()
         self.http = Histogram(
             "berth_http_request_duration_seconds",
             "HTTP request latency",
             ["method", "route", "status"],
             registry=self.registry,
         )
+
+    def _queue_metrics(self) -> None:
+        """Distributed mode: the turn queue as the workers see it (each worker counts what it did)."""
+        registry = self.registry
+        self.turn_queue_wait = Histogram(
+            "berth_turn_queue_wait_seconds",
+            "Distributed mode: how long a turn waited in the queue, from being queued to a worker taking it",
+            ["tenant"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            registry=registry,
+        )
+        self.oldest_unfinished_turn_age = Gauge(
+            "berth_oldest_unfinished_turn_age_seconds",
+            "Distributed mode: age of the oldest turn the queue holds, waiting or running (0: none)",
+            registry=registry,
+        )
+        self.worker_slots = Gauge(
+            "berth_worker_slots",
+            "Distributed mode: turns this worker runs at once at most (--concurrency, capped by "
+            "backpressure.max_inflight_turns_per_worker)",
+            registry=registry,
+        )
+        self.turn_reclaims = Counter(
+            "berth_turn_reclaims",
+            "Queue entries this worker took over because their worker stopped renewing them (it died or stalled)",
+            ["tenant"],
+            registry=registry,
+        )
+        self.turn_takeovers = Counter(
+            "berth_turn_takeovers",
+            "Turns this worker ran to their end after taking their entry over",
+            ["tenant"],
+            registry=registry,
+        )
+        self.turn_requeues = Counter(
+            "berth_turn_requeues",
+            "Unfinished turns the reconciler queued again because the queue had lost them (Redis restarted, or an "
+            "API process died before queueing)",
+            ["tenant"],
+            registry=registry,
+        )
+        self.turn_duplicate_entries = Counter(
+            "berth_turn_duplicate_entries",
+            "Queue entries read for a turn this worker was running already (settled with it, never run twice)",
+            ["tenant"],
+            registry=registry,
+        )
+        self.turn_attempts = Counter(
+            "berth_turn_attempts",
+            "Attempts at queued turns: claims that went on to run the turn",
+            ["tenant"],
+            registry=registry,
+        )
+        self.turn_retries = Counter(
+            "berth_turn_retries",
+            "Attempts at queued turns that failed and left the turn to a next attempt after the lease",
+            ["tenant"],
+            registry=registry,
+        )
+        self.turns_unrunnable = Counter(
+            "berth_turns_unrunnable",
+            "Queued turns given up on without running them to their end, by reason (e.g. poisoned: out of attempts)",
+            ["tenant", "reason"],
+            registry=registry,
+        )
+        self.store_retries = Counter(
+            "berth_store_retries",
+            "Store operations retried after a lost connection or an unavailable server",
+            ["operation"],
+            registry=registry,
+        )
+
+    def turn_attempt(self, tenant: str) -> None:
+        """Count one attempt at a queued turn of ``tenant`` (a claim that goes on to run it)."""
+        self.turn_attempts.labels(tenant=tenant).inc()
+
+    def turn_retry(self, tenant: str) -> None:
+        """Count one failed attempt at a queued turn of ``tenant`` that leaves it to a next attempt."""
+        self.turn_retries.labels(tenant=tenant).inc()
+
+    def turn_unrunnable(self, tenant: str, reason: str) -> None:
+        """Count one queued turn of ``tenant`` given up on for ``reason`` (e.g. ``poisoned``)."""
+        self.turns_unrunnable.labels(tenant=tenant, reason=reason).inc()
+
+    def store_retry(self, operation: str) -> None:
+        """Count one retry of a store ``operation`` (a transaction tried again on a fresh connection)."""
+        self.store_retries.labels(operation=operation).inc()
 
     def observe_event(self, event: TurnEvent, tenant: str) -> None:
         """Count tool results as they stream."""

@@ -24,7 +24,7 @@ async def readiness(host: HostServices) -> tuple[bool, dict[str, Any]]:
     the watchers, ...): ``ok`` is false for a task that has been failing longer than its grace period or gave up,
     with its state, failure count, how long it has been failing and its last error."""
     checks: dict[str, Any] = {"storage": host.started and host.store is not None, "bus": host.runtime.bus is not None}
-    loaded = [s.id for s in host.registry.statuses() if s.state == "loaded"] if host.runtime.registry else []
+    loaded = host.registry.loaded_bundle_ids() if host.runtime.registry else []
     checks["bundles"] = loaded
     background = host.runtime.background.health()
     checks["background"] = {task.name: task.to_json() for task in background}

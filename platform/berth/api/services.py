@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -286,6 +287,9 @@ class HostServices:
         backend = distributed_backend(self.config, self.plugins)
         connections: DistributedConnections = backend.connections
         await backend.open()  # refuses a schema that is behind: `berth migrate`
+        observe_retries = getattr(backend, "observe_retries", None)
+        if observe_retries is not None:  # berth_store_retries_total counts its retried operations
+            observe_retries(partial(self.metrics.store_retry, "transaction"))
         self.storage = backend
         self.store, self.memory_index = backend.conversations, backend.memory
         self.meta = getattr(backend, "meta")  # noqa: B009 - the distributed backend carries its metadata store

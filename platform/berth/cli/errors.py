@@ -1,13 +1,18 @@
-"""Running a click command so that every failure is one clear message and a documented exit code."""
+"""Running a click command so that every failure is one clear message and a documented exit code.
+
+The configuration's error types are imported only when something failed: ``berth --version`` does not load
+:mod:`berth.config` (pydantic and the descriptor models) to say the version.
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from berth.config.errors import ConfigError, DescriptorError
-from berth.config.redaction import redact
+if TYPE_CHECKING:
+    from berth.config.errors import DescriptorError
 
 EXIT_OK = 0
 EXIT_RUNTIME_ERROR = 1
@@ -43,14 +48,23 @@ def run_guarded(command: click.Command, argv: list[str] | None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return EXIT_RUNTIME_ERROR
-    except DescriptorError as exc:
-        report_descriptor_error(exc)
-        return EXIT_CONFIG_ERROR
-    except ConfigError as exc:
-        click.echo(f"error [{exc.code}]: {redact(str(exc))}", err=True)
-        return EXIT_CONFIG_ERROR
     except Exception as exc:
-        click.echo(f"error: {type(exc).__name__}: {redact(str(exc))}", err=True)
-        return EXIT_RUNTIME_ERROR
+        return report_error(exc)
     sys.stdout.flush()
     return EXIT_OK
+
+
+def report_error(exc: Exception) -> int:
+    """Print an error a command raised and return its exit code: 2 for a descriptor or configuration error
+    (every problem, no traceback), 1 for anything else (its type and redacted message only)."""
+    from berth.config.errors import ConfigError, DescriptorError
+    from berth.config.redaction import redact
+
+    if isinstance(exc, DescriptorError):
+        report_descriptor_error(exc)
+        return EXIT_CONFIG_ERROR
+    if isinstance(exc, ConfigError):
+        click.echo(f"error [{exc.code}]: {redact(str(exc))}", err=True)
+        return EXIT_CONFIG_ERROR
+    click.echo(f"error: {type(exc).__name__}: {redact(str(exc))}", err=True)
+    return EXIT_RUNTIME_ERROR

@@ -1,4 +1,8 @@
-"""``berth run`` (serve the API and web UI) and ``berth chat`` (a terminal chat)."""
+"""``berth run`` (serve the API and web UI) and ``berth chat`` (a terminal chat).
+
+``berth worker`` imports this module too, so what only one command needs (uvicorn, httpx, the chat) is imported by
+that command.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,12 @@ import sys
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import httpx
 
 from berth.api.app import build_services, create_app
-from berth.api.services import HostServices, new_id
 from berth.cli.bundles import DESCRIPTORS_OPTION
-from berth.cli.chat_session import ChatBackend, HttpChat, InProcessChat, converse, refusal_text
 from berth.config import ConfigError, Configuration
 from berth.config.environment import host_environment
 from berth.config.models.gateway import is_loopback_host
@@ -26,6 +27,10 @@ from berth.logs import configure_logging
 from berth.models.protocol import resolve_api_key
 from berth.storage.meta import ConversationMeta
 from berth.storage.scope import ConversationScope
+
+if TYPE_CHECKING:
+    from berth.api.services import HostServices
+    from berth.cli.chat_session import ChatBackend
 
 
 def demo_overrides(config: Configuration) -> dict[str, Any]:
@@ -85,8 +90,9 @@ def run(
         report_services(config)
         return
     if demo:
+        overrides = demo_overrides(config)
         services = build_services(
-            descriptors, var_root=var_root, watch=watch, platform_overrides=demo_overrides(config)
+            descriptors, var_root=var_root, watch=watch, platform_overrides=overrides, plugins=services.plugins
         )
         config = services.initial_config
         assert config is not None
@@ -149,6 +155,8 @@ async def _feed_lines(given: tuple[str, ...], lines: asyncio.Queue[str | None]) 
 
 
 async def _converse(backend: ChatBackend, given: tuple[str, ...]) -> None:
+    from berth.cli.chat_session import converse
+
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     feeding = asyncio.create_task(_feed_lines(given, lines))
     try:
@@ -160,6 +168,10 @@ async def _converse(backend: ChatBackend, given: tuple[str, ...]) -> None:
 async def _chat_over_http(
     url: str, tenant: str, project: str, bundle: str | None, api_key: str | None, message: tuple[str, ...]
 ) -> None:
+    import httpx
+
+    from berth.cli.chat_session import HttpChat, refusal_text
+
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
         prefix = f"/v1/{tenant}/{project}"
@@ -173,6 +185,9 @@ async def _chat_over_http(
 async def _chat_in_process(
     services: HostServices, tenant: str, project: str, bundle: str | None, message: tuple[str, ...]
 ) -> None:
+    from berth.api.services import new_id
+    from berth.cli.chat_session import InProcessChat
+
     await services.start()
     try:
         visible = services.config.descriptors.scope_bundles(tenant, project)
@@ -221,7 +236,7 @@ def chat(
             )
         assert config is not None
         if demo:
-            services = build_services(descriptors, platform_overrides=demo_overrides(config))
+            services = build_services(descriptors, platform_overrides=demo_overrides(config), plugins=services.plugins)
         else:
             check_model_credentials(config)
         try:
@@ -229,6 +244,8 @@ def chat(
         except KeyboardInterrupt:
             sys.exit(0)
         return
+    import httpx
+
     key = api_key or host_environment().api_key
     try:
         asyncio.run(_chat_over_http(url, tenant, project, bundle, key, message))

@@ -24,7 +24,13 @@ from berth.logs import configure_logging
 @DESCRIPTORS_OPTION
 @click.option("--worker-id", help="name of this process in reports and in the turn queue (default: host-pid)")
 @click.option("--no-watch", is_flag=True, help="do not watch bundle folders and descriptors")
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="turns run at once")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="turns run at once (at most gateway.yaml's backpressure.max_inflight_turns_per_worker)",
+)
 @click.option(
     "--lease",
     "lease_s",
@@ -76,7 +82,13 @@ def worker(
         if health_port is not None:
             health = WorkerHealthServer(turns, host=health_host, port=health_port)
             await health.start()
-        click.echo(f"worker {turns.name} ready: runs up to {concurrency} queued turns", err=True)
+        if turns.capacity < concurrency:
+            click.echo(
+                f"--concurrency {concurrency} is capped at {turns.capacity} by gateway.yaml's "
+                "backpressure.max_inflight_turns_per_worker",
+                err=True,
+            )
+        click.echo(f"worker {turns.name} ready: runs up to {turns.capacity} queued turns", err=True)
         try:
             await turns.run()
         finally:

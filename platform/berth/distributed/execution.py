@@ -86,9 +86,11 @@ class QueuedTurnRunner:
         if claimed is None or isinstance(claimed, ParkedTurn):
             if isinstance(claimed, ParkedTurn):
                 log.error("turn %s parked after %d attempts: %s", entry.turn_id, claimed.attempts, claimed.error)
+                self.services.metrics.turn_unrunnable(entry.scope.tenant, "poisoned")
                 await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
             await self.services.tell_stored_end(entry.scope, entry.turn_id)
             return "ended"
+        self.services.metrics.turn_attempt(entry.scope.tenant)
         events = parts.event_log(entry.turn_id)
         await events.take_over(epoch_floor(claimed.attempt - 1))
         request = TurnRequest.from_bytes(claimed.request)

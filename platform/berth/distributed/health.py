@@ -3,8 +3,9 @@
 * ``GET /healthz`` — the worker's loops run (200), or it is stopping (503): a liveness probe;
 * ``GET /readyz`` — as an API process's ``/readyz``: bundles loaded and PostgreSQL, Redis and the artifact store
   answering, plus the turns this worker runs;
-* ``GET /metrics`` — the turn metrics this worker counts (turns, rounds, tokens, tool calls), with the same access
-  rule as an API process's (``platform.metrics.access``).
+* ``GET /metrics`` — the turn metrics this worker counts (turns, rounds, tokens, tool calls; the queued turns it
+  took over, requeued, retried, how long they waited) and the shared queue's depth and oldest turn, with the same
+  access rule as an API process's (``platform.metrics.access``).
 
 It is a small ASGI app served by uvicorn in the worker's own event loop, so a probe that answers proves that loop
 is not blocked.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
     from berth.distributed.worker import TurnWorker
 
 __all__ = ["WorkerHealthServer", "health_app"]
+
+log = logging.getLogger(__name__)
 
 
 def health_app(worker: TurnWorker) -> Starlette:
@@ -47,6 +51,10 @@ def health_app(worker: TurnWorker) -> Starlette:
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
+        try:
+            await worker.observe_queue()
+        except Exception:  # Redis away: the gauges keep their last values
+            log.warning("could not read the turn queue for the metrics", exc_info=True)
         try:
             return await metrics_exposition(request, host)
         except ApiError as error:

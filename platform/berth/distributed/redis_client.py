@@ -19,6 +19,11 @@ _T = TypeVar("_T")
 RETRIES = 60
 """Attempts per command while Redis is unreachable: with the backoff's 0.5 s cap, about 30 s (a restart)."""
 
+READ_TIMEOUT_S = 30.0
+"""How long one reply may take: longer than the longest blocking command Berth sends (``XREAD``/``BLPOP`` block at
+most 15 s), so a blocked read is never cut short — redis-py 8 defaults to 5 s, which cut every 5 s ``BLPOP`` and
+retried it for ever — yet a server that stops answering is noticed."""
+
 
 def connect_redis(url: str, *, retries: int = RETRIES) -> aioredis.Redis:
     """A client for ``url`` whose commands retry (with backoff) while the server restarts or a connection drops;
@@ -29,6 +34,7 @@ def connect_redis(url: str, *, retries: int = RETRIES) -> aioredis.Redis:
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         health_check_interval=15,
         socket_connect_timeout=5,
+        socket_timeout=READ_TIMEOUT_S,
     )
 
 

@@ -222,10 +222,22 @@ class PlatformPlugins:
         self._fail(name, package, version, _with_location(error, exc))
 
 
+_distributions: dict[str, tuple[str, str | None]] = {}
+"""Name and version by distribution folder: each read of them parses the distribution's metadata file, and
+every plugin's entry point would read them again (a new version installs into a folder of another name)."""
+
+
 def _distribution_of(point: EntryPoint) -> tuple[str, str | None]:
-    if point.dist is None:
+    dist = point.dist
+    if dist is None:
         return "unknown", None
-    return point.dist.name, point.dist.version
+    folder = str(getattr(dist, "_path", "")) or None
+    known = _distributions.get(folder) if folder else None
+    if known is None:
+        known = (dist.name, dist.version)
+        if folder:
+            _distributions[folder] = known
+    return known
 
 
 def _source_roots(module_name: str) -> list[Path]:

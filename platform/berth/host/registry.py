@@ -251,6 +251,11 @@ class BundleRegistry:
             )
         return rows + self._installed_but_not_enabled()
 
+    def loaded_bundle_ids(self) -> list[str]:
+        """The ids of the bundles in ``bundles.yaml`` that serve a generation, sorted: the ``loaded`` rows of
+        :meth:`statuses`, without reading the installed entry points (``/readyz`` asks this on every probe)."""
+        return sorted(bundle_id for bundle_id in self._config.descriptors.bundles.bundles if bundle_id in self._current)
+
     def _installed_but_not_enabled(self) -> list[BundleStatus]:
         entries = self._config.descriptors.bundles.bundles
         # an id in bundles.yaml (even one loaded from a folder) is the same bundle as the entry point of that name

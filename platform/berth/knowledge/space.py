@@ -26,8 +26,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
-import numpy as np
-
 from berth.knowledge.chunks import MAX_CHUNK_CHARS, Chunk, SkipFile, base_anchor, dedupe_anchor
 from berth.knowledge.indexers import KnowledgeIndexer, ListingError
 from berth.knowledge.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
@@ -224,6 +222,8 @@ class SpaceIndex:
         if mode in ("hybrid", "lexical"):
             rankings.append([str(i) for i, _ in await self.store.lexical(query, CANDIDATES)])
         if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
+            import numpy as np  # with the first vector search: a host whose spaces search lexically never loads it
+
             vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
             rankings.append([str(i) for i in await self.store.nearest(vector, CANDIDATES)])
         fused = fuse_rankings(rankings, k=DEFAULT_RRF_K)  # one ranking alone scores 1 / (k + rank) likewise
@@ -460,6 +460,8 @@ def _clean_chunks(path: str, chunks: Sequence[Chunk]) -> list[Chunk]:
 
 
 def _normalized(vector: Sequence[float]) -> bytes:
+    import numpy as np
+
     array = np.asarray(vector, dtype=np.float32)
     norm = float(np.linalg.norm(array))
     return (array / norm if norm else array).astype(np.float32).tobytes()

@@ -16,12 +16,13 @@ import re
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from berth.knowledge.chunks import Chunk
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "ChunkRow",
@@ -95,6 +96,8 @@ class VectorMatrix:
     @classmethod
     def build(cls, version: int, rows: Sequence[tuple[int, bytes]]) -> VectorMatrix:
         """From ``(chunk id, float32 bytes)`` rows."""
+        import numpy as np  # with the first vector search: loading a space's index does not need numpy
+
         if not rows:
             return cls(version, np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32))
         ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
@@ -102,6 +105,8 @@ class VectorMatrix:
 
     def nearest(self, vector: npt.NDArray[np.float32], count: int) -> list[int]:
         """The ids of the ``count`` rows most similar to ``vector`` (cosine), best first."""
+        import numpy as np
+
         if self.matrix.size == 0 or vector.shape[0] != self.matrix.shape[1]:
             return []
         norm = float(np.linalg.norm(vector)) or 1.0

@@ -10,10 +10,14 @@ text is the exact text of its lines (``"\\n".join`` of lines ``first_line..last_
 longer than :data:`MAX_CHUNK_CHARS` is cut inside, into parts on the same line. An HTML chunk's text is the
 visible text of its section (whitespace normalized) and a PDF chunk's the extracted text of its page, so their
 parts share the section's (page's) line range.
+
+The parsers (markdown-it, lxml) are imported by the first file of their kind, not with this module: every
+``berth`` command that loads bundles imports it through :mod:`berth.bundle`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,14 +25,11 @@ from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
-import lxml.etree  # type: ignore[import-untyped]
-import lxml.html  # type: ignore[import-untyped]
-from markdown_it import MarkdownIt
-
 from berth.knowledge.chunks import MAX_CHUNK_CHARS, Chunk, ChunkKind, SkipFile, dedupe_anchor, part_anchor, slugify
 from berth.runtime.extraction import detect_document, open_pdf
 
 if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
     from markdown_it.token import Token
 
 __all__ = [
@@ -73,7 +74,14 @@ BINARY_PROBE_BYTES: Final = 8_192
 
 _BOM: Final = b"\xef\xbb\xbf"
 _FRONT_MATTER_ENDS: Final = frozenset({"---", "..."})
-_MARKDOWN: Final = MarkdownIt("commonmark")
+
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    """The CommonMark parser, built once on first use."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark")
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +257,7 @@ def _markdown_headings(lines: Sequence[str]) -> list[_Heading]:
     # front matter is blanked out (it is no heading: its closing --- would underline a setext heading), and a
     # lone \r, which the parser takes for a line break, becomes a space so that its lines are the file's lines
     source = "\n".join(["" for _ in range(end + 1)] + [line.replace("\r", " ") for line in lines[end + 1 :]])
-    tokens = _MARKDOWN.parse(source)
+    tokens = _markdown().parse(source)
     headings: list[_Heading] = []
     for index, token in enumerate(tokens):
         if token.type != "heading_open" or not token.map:
@@ -431,6 +439,9 @@ def _parse_html(text: str) -> Any:
     an XML declaration does not make it decode the text again. ``huge_tree`` lifts libxml2's nesting limit from
     256 to 2048 elements (the walk has no recursion); a page past a parser limit, read only in part, is skipped.
     """
+    import lxml.etree  # type: ignore[import-untyped]
+    import lxml.html  # type: ignore[import-untyped]
+
     parser = lxml.html.HTMLParser(encoding="utf-8", huge_tree=True)
     try:
         root = lxml.html.document_fromstring(text.encode("utf-8", errors="replace"), parser=parser)

@@ -7,14 +7,14 @@ failure is raised as one of the normalized errors in :mod:`berth.models.errors`,
 SDK's own exception. A provider holds a connection pool, so whoever builds it calls :meth:`aclose`.
 
 Providers are platform plugins: ``berth_model_providers()`` returns ``{name: factory}`` and the host
-builds one provider per configured model with ``factory(model_ref, secrets)``.
+builds one provider per configured model with ``factory(model_ref, secrets)``. The events and :class:`Usage` live in
+:mod:`berth.models.events` (re-exported here), which a provider module can import without the renderer.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,7 @@ from berth.config.errors import ConfigError
 from berth.config.models.assembly import ModelRef
 from berth.config.models.common import SecretSetting
 from berth.config.secrets import Secret
+from berth.models.events import ModelCompleted, ModelEvent, StopReason, TextDelta, Usage
 from berth.runtime.render import RenderedPrompt
 
 __all__ = [
@@ -41,9 +42,6 @@ __all__ = [
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 """Output limit when neither the request nor the model's configuration names one."""
-
-StopReason: TypeAlias = Literal["end_turn", "max_tokens", "stop_sequence", "refusal", "other"]
-"""Why the model stopped, normalized across providers (``other`` keeps anything unforeseen visible)."""
 
 
 class ModelRequest(BaseModel):
@@ -70,63 +68,6 @@ class ModelRequest(BaseModel):
         if model_ref is not None and model_ref.max_output_tokens is not None:
             return model_ref.max_output_tokens
         return DEFAULT_MAX_OUTPUT_TOKENS
-
-
-class Usage(BaseModel):
-    """Token usage of one model call (Anthropic's accounting: the three input counts do not overlap).
-
-    ``input_tokens`` are the uncached input tokens, ``cache_read_input_tokens`` were served from the
-    provider's prompt cache, ``cache_creation_input_tokens`` were written to it.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    input_tokens: int = Field(0, ge=0)
-    output_tokens: int = Field(0, ge=0)
-    cache_read_input_tokens: int = Field(0, ge=0)
-    cache_creation_input_tokens: int = Field(0, ge=0)
-
-    @property
-    def total_input_tokens(self) -> int:
-        """Every input token of the call, cached or not."""
-        return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
-
-    def plus(self, other: Usage) -> Usage:
-        """Return the sum of two usages (for a turn's totals)."""
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
-            cache_creation_input_tokens=self.cache_creation_input_tokens + other.cache_creation_input_tokens,
-        )
-
-
-@dataclass(slots=True)
-class TextDelta:
-    """A piece of the model's response text, in order.
-
-    A plain slotted dataclass, not a pydantic model: a provider makes one per streamed chunk, and a
-    chunk's text needs no validation. Not declared ``frozen`` for the same reason (a frozen dataclass's
-    ``__init__`` costs three times as much); nothing changes a delta once made.
-    """
-
-    text: str
-    type: Literal["text_delta"] = "text_delta"
-
-
-class ModelCompleted(BaseModel):
-    """The last event of a successful call: why the model stopped and what the call cost."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    type: Literal["completed"] = "completed"
-    stop_reason: StopReason
-    usage: Usage
-    stop_sequence: str | None = None
-
-
-ModelEvent: TypeAlias = TextDelta | ModelCompleted
-"""What :meth:`ModelProvider.stream` yields."""
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ from typing import Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field
 
 from berth.models.errors import ModelError, ModelProviderError, ModelRateLimited, ModelUnavailable
-from berth.models.protocol import ModelEvent
+from berth.models.events import ModelEvent
 
 __all__ = ["RetryPolicy", "Sleep", "TransientModelError", "stream_with_retries"]
 

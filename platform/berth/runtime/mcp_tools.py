@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict
 
 from berth.runtime.toolbox import RuntimeTool, ToolBox, ToolNotice
@@ -25,6 +24,8 @@ def mcp_tool(manager: McpToolManager, tool: McpTool) -> RuntimeTool:
     """A runtime tool for one MCP tool."""
 
     async def run(params: BaseModel, state: TurnState) -> Any:
+        import jsonschema  # with the first MCP call: a host whose bundles use no MCP server never loads it
+
         arguments = params.model_dump()
         try:
             jsonschema.validate(arguments, tool.input_schema)

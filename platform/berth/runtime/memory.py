@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Final, Literal, Protocol, Self, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from berth.runtime.blocks import Block, BlockType, UtcTimestamp
@@ -38,6 +36,9 @@ from berth.storage.memory import MemoryEntry, MemoryFilter, MemoryIndex, MemoryK
 from berth.storage.scope import ConversationScope
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from berth.config.models.assembly import EmbedderConfig
 
 __all__ = [
@@ -143,6 +144,8 @@ class HashedNgramEmbedder:
         """The buckets one word adds to and the signed weight it adds to each (computed once per word)."""
         contribution = self._words.get(word)
         if contribution is None:
+            import numpy as np  # with the first word embedded: importing this module does not load numpy
+
             if len(self._words) >= _WORD_CACHE_LIMIT:
                 self._words.clear()
             buckets: list[int] = []
@@ -159,6 +162,8 @@ class HashedNgramEmbedder:
 
         One ``bincount`` over the cached buckets of every word (a Python loop over them cost 1.7 times as much).
         """
+        import numpy as np
+
         words = _TOKEN_RE.findall(text.lower())
         if not words:
             return (0.0,) * self._dimensions

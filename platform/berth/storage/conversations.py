@@ -65,6 +65,7 @@ StorageErrorCode: TypeAlias = Literal[
     "store_closed",
     "turn_in_progress",
     "turn_owned",
+    "turn_needs_isolation",
 ]
 
 

@@ -8,7 +8,8 @@ the API, or, with ``presigned_downloads``, the files route redirects the client 
 for ``presign_ttl_s`` (the browser then downloads from S3 itself; the URL names the file and its type).
 
 boto3 is synchronous: each call runs in a thread. Credentials come from boto3's usual chain (environment,
-profile, instance or task role); ``endpoint_url`` points at an S3-compatible store (MinIO, moto).
+profile, instance or task role); ``endpoint_url`` points at an S3-compatible store (MinIO, moto). boto3 is imported
+by the first store made, not with this plugin module (the host loads every plugin at start-up).
 """
 
 from __future__ import annotations
@@ -17,11 +18,6 @@ import asyncio
 import io
 from collections.abc import AsyncIterator
 from typing import Any, Final
-
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
 
 from berth.config.errors import ConfigError
 from berth.config.models.assembly import S3Artifacts
@@ -38,6 +34,10 @@ class S3ArtifactStore:
     """Objects in ``settings.bucket`` under ``settings.prefix``."""
 
     def __init__(self, settings: S3Artifacts, *, client: Any = None) -> None:
+        import boto3
+        from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
+
         self.settings = settings
         self._client = client or boto3.client(
             "s3",
@@ -61,6 +61,8 @@ class S3ArtifactStore:
         """The object's bytes (``KeyError`` when it is missing)."""
 
         def read() -> bytes:
+            from botocore.exceptions import ClientError
+
             try:
                 response = self._client.get_object(Bucket=self.settings.bucket, Key=self._key(key))
             except ClientError as error:
@@ -76,6 +78,8 @@ class S3ArtifactStore:
         """The object in pieces of 256 KiB, read as they are sent."""
 
         def open_body() -> Any:
+            from botocore.exceptions import ClientError
+
             try:
                 return self._client.get_object(Bucket=self.settings.bucket, Key=self._key(key))["Body"]
             except ClientError as error:

@@ -28,10 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import TYPE_CHECKING, Any, Final
 
 from berth.execution.limits import MIB
 from berth.execution.payload import launch_environment
@@ -49,6 +46,9 @@ from berth.hooks import hookimpl
 from berth_aws.archive import ArchiveError, Budget, pack, unpack
 from berth_aws.ecs import STARTING, STOPPED, TaskEnd, end_of, run_failure
 from berth_exec.runner import launch_lines
+
+if TYPE_CHECKING:
+    from botocore.exceptions import ClientError
 
 BACKEND_NAME: Final = "fargate"
 TASK_ENTRY: Final = ("-B", "-m", "berth_aws.task")
@@ -127,6 +127,8 @@ class FargateBackend:
     def client(self, service: str) -> Any:
         """The boto3 client of ``service`` (made on first use; credentials from boto3's usual chain)."""
         if service not in self._clients:
+            import boto3  # with the first client: the host loads this plugin module whether a profile uses it or not
+
             self._clients[service] = boto3.client(  # type: ignore[call-overload]  # the service is a name here
                 service, region_name=self.region, endpoint_url=self.endpoint_url
             )
@@ -324,6 +326,8 @@ class FargateBackend:
 
     def restore_output(self, request: SandboxRequest, location: RunLocation) -> dict[str, Any]:
         """Unpack ``output.zip`` into the run folder (``out/``, ``logs/``); the task's report (empty: no output)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         with tempfile.TemporaryDirectory(prefix="berth-fargate-") as scratch:
             archive = Path(scratch) / "output.zip"
             try:
@@ -349,6 +353,8 @@ class FargateBackend:
 
     def clean_up(self, location: RunLocation) -> None:
         """Delete the run's payload secret and every object under its prefix (each step tried, whatever failed)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         with contextlib.suppress(ClientError, BotoCoreError):
             self.client("secretsmanager").delete_secret(SecretId=location.secret_name, ForceDeleteWithoutRecovery=True)
         s3 = self.client("s3")
@@ -360,6 +366,8 @@ class FargateBackend:
 
     def call(self, service: str, operation: str, *args: Any, **kwargs: Any) -> Any:
         """One AWS call; a failure becomes :class:`AwsCallError` naming the operation and AWS's error code."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
             return getattr(self.client(service), operation)(*args, **kwargs)
         except ClientError as error:
@@ -369,6 +377,8 @@ class FargateBackend:
 
     def doctor(self) -> list[DoctorFinding]:
         """Whether the cluster, the task definition (with the named container) and the bucket are reachable."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         findings: list[DoctorFinding] = []
         checks: Sequence[tuple[str, Any]] = (
             (f"ECS cluster {self.cluster}", self._cluster_finding),

@@ -2,7 +2,8 @@
 
 A source ``aws-sm:<secret id>`` reads the secret's string; ``aws-sm:<secret id>#<key>`` reads one key
 of a JSON secret. Options (``platform.secret_providers.aws-sm`` in ``assembly.yaml``): ``region``,
-``endpoint_url`` (for a local or compatible endpoint). Credentials come from boto3's usual chain.
+``endpoint_url`` (for a local or compatible endpoint). Credentials come from boto3's usual chain. boto3 is imported
+when a descriptor names an ``aws-sm:`` secret, not with this plugin module.
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
-
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 
 from berth.config.errors import ConfigError
 from berth.config.secrets import SecretProvider, SecretProviderFactory
@@ -36,6 +34,8 @@ class AwsSecretsManagerProvider:
                 "secret_provider_options",
                 f"unknown option(s) for {PROVIDER_NAME}: {', '.join(sorted(unknown))} (known: endpoint_url, region)",
             )
+        import boto3
+
         client = boto3.client(
             "secretsmanager",
             region_name=options.get("region") or "us-east-1",
@@ -45,6 +45,8 @@ class AwsSecretsManagerProvider:
 
     def resolve(self, ref: str) -> str:
         """Read ``<secret id>`` or ``<secret id>#<json key>``."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         secret_id, _, key = ref.partition("#")
         try:
             response = self._client.get_secret_value(SecretId=secret_id)

@@ -5,6 +5,9 @@ stdin in and stdout/stderr out), so the launch lines (which hold the run's token
 never in the container's environment, command line or file system, and the output is read by the host as it is
 written: the host copies it into the run's log files and stops the container when either goes over the run's
 file-size limit (the container's own log driver is ``none``, so nothing piles up in the engine either).
+
+The SDK is imported by the first client made (:func:`client_for`), not with the plugin module the host loads at
+start-up; the methods here run on a client, so it is loaded by then.
 """
 
 from __future__ import annotations
@@ -15,13 +18,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import docker
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.utils.socket import STDERR, STDOUT, frames_iter
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from berth.config.environment import docker_host
+
+if TYPE_CHECKING:
+    import docker
 
 CONTAINER_LABEL = "berth.exec_id"
 """Every container the backend starts carries the run's exec id under this label (``docker ps --filter``)."""
@@ -33,6 +35,9 @@ class EngineError(Exception):
 
 def client_for(base_url: str | None) -> docker.DockerClient:
     """A client for ``base_url`` (a profile's ``docker_host``), else ``DOCKER_HOST``, else the default socket."""
+    import docker
+    from docker.errors import DockerException
+
     url = base_url or docker_host() or "unix:///var/run/docker.sock"
     try:
         return docker.DockerClient(base_url=url, timeout=60)
@@ -76,6 +81,8 @@ class RunContainer:
 
     def create(self) -> None:
         """Create the container and attach to its stdio (it does not run yet)."""
+        from docker.errors import APIError, DockerException, ImageNotFound
+
         spec = self.spec
         try:
             host_config = self.api.create_host_config(
@@ -112,6 +119,8 @@ class RunContainer:
 
     def start(self, stdin: bytes) -> None:
         """Start the container and write ``stdin`` to it, then close its stdin."""
+        from docker.errors import APIError, DockerException
+
         try:
             self.api.start(self.container_id)
         except (APIError, DockerException) as error:
@@ -124,6 +133,8 @@ class RunContainer:
     def pump_output(self, stdout: Path, stderr: Path, limit_bytes: int) -> None:
         """Copy the container's stdout and stderr into files until it ends; kill it when either exceeds
         ``limit_bytes`` (blocking: run it in a thread)."""
+        from docker.utils.socket import STDERR, STDOUT, frames_iter
+
         written = {STDOUT: 0, STDERR: 0}
         with open(stdout, "wb") as out, open(stderr, "wb") as err:
             files: dict[int, BinaryIO] = {STDOUT: out, STDERR: err}
@@ -145,6 +156,8 @@ class RunContainer:
 
     def kill(self) -> None:
         """SIGKILL the container (every process of the run goes with it); quiet when it already ended."""
+        from docker.errors import APIError, DockerException, NotFound
+
         if self.container_id is None:
             return
         with contextlib.suppress(NotFound, APIError, DockerException):
@@ -152,6 +165,8 @@ class RunContainer:
 
     def wait(self) -> ContainerEnd:
         """The container's end (after it ended): status code, and whether the kernel killed it for memory."""
+        from docker.errors import APIError, DockerException
+
         try:
             status = self.api.wait(self.container_id)
             state = self.api.inspect_container(self.container_id)["State"]
@@ -165,6 +180,8 @@ class RunContainer:
 
     def remove(self) -> None:
         """Remove the container (forced) and close the attach connection."""
+        from docker.errors import APIError, DockerException, NotFound
+
         if self._attached is not None:
             with contextlib.suppress(OSError):
                 self._attached.close()

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from docker.errors import APIError, DockerException
-
 import berth_exec
 from berth_docker.engine import EngineError
 
@@ -47,6 +45,8 @@ def check_context(context: Path) -> None:
 
 def build_exec_image(client: Any, *, tag: str, base: str, context: Path, progress: Callable[[str], None]) -> BuiltImage:
     """Build ``context``'s Dockerfile as ``tag`` on ``base``, reporting each line of output to ``progress``."""
+    from docker.errors import APIError, DockerException
+
     check_context(context)
     try:
         client.images.get(base)

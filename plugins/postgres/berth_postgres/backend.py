@@ -8,6 +8,10 @@ runs in queued mode: turns belong to the turn queue until a worker claims them (
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
 from berth.config.errors import ConfigError
 from berth.distributed.connections import DistributedConnections
 from berth_postgres.conversations import PostgresConversationStore
@@ -81,6 +85,12 @@ class PostgresStorageBackend:
         except BaseException:
             await self._conversations.aclose()
             raise
+
+    def observe_retries(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` at every retry of a store operation (after :meth:`open`): a metric's counter."""
+        stores: list[Any] = [self._conversations, *(s.store_pool for s in (self._memory, self._meta) if s is not None)]
+        for store in stores:
+            store.retry = replace(store.retry, on_retry=callback)
 
     async def ping(self) -> str:
         """One query through the pool; the server's version."""

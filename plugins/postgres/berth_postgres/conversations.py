@@ -120,7 +120,7 @@ _SELECT_TURN: Final = (
 
 _MARK_GONE_OWNERS_INTERRUPTED: Final = (
     "UPDATE berth_turns SET state='interrupted' WHERE NOT committed AND state IN ('accepted', 'running')"
-    " AND owner <> $5 AND pg_try_advisory_xact_lock(owner)"
+    " AND owner <> $5 AND pg_try_advisory_xact_lock_shared(owner)"
 )
 """Record as interrupted the unfinished turns whose owner's advisory lock is free (the owner is gone).
 Parameters: the scope ($1 to $4, when a scope condition is added) and this store's own key ($5)."""
@@ -870,7 +870,7 @@ class PostgresConversationStore:
             rows = await connection.fetch(
                 "WITH gone AS (SELECT tenant, project, user_id, conversation_id, turn_id, state, seq FROM berth_turns"
                 " WHERE NOT committed AND state IN ('accepted', 'running') AND owner <> $1"
-                " AND pg_try_advisory_xact_lock(owner) FOR UPDATE)"
+                " AND pg_try_advisory_xact_lock_shared(owner) FOR UPDATE)"
                 " UPDATE berth_turns t SET state='interrupted' FROM gone WHERE t.tenant=gone.tenant"
                 " AND t.project=gone.project AND t.user_id=gone.user_id AND t.conversation_id=gone.conversation_id"
                 " AND t.turn_id=gone.turn_id"
@@ -937,7 +937,7 @@ class PostgresConversationStore:
                 "SELECT owner, request FROM berth_turns WHERE " + _SCOPE + " AND turn_id=$5", *key, turn_id
             )
             if owner not in (QUEUE_OWNER, self.owner_key):
-                free = await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)", owner)
+                free = await connection.fetchval("SELECT pg_try_advisory_xact_lock_shared($1)", owner)
                 if not free:
                     raise StorageError("turn_owned", f"turn {turn_id!r} is run by another live process")
             attempts = row["attempts"] + (0 if owner == self.owner_key else 1)
@@ -1043,7 +1043,7 @@ class PostgresConversationStore:
         async def work(connection: Connection, retried: bool) -> tuple[UnfinishedTurn, ...]:
             rows = await connection.fetch(
                 "SELECT tenant, project, user_id, conversation_id, turn_id, state, started_at, attempts, last_error,"
-                " owner <> 0 AND (owner = $1 OR NOT pg_try_advisory_xact_lock(owner)) AS alive FROM berth_turns"
+                " owner <> 0 AND (owner = $1 OR NOT pg_try_advisory_xact_lock_shared(owner)) AS alive FROM berth_turns"
                 " WHERE NOT committed AND state IN ('accepted', 'running') ORDER BY started_at",
                 self.owner_key,
             )
@@ -1071,7 +1071,7 @@ class PostgresConversationStore:
                 "SELECT tenant, project, user_id, conversation_id, turn_id, state FROM berth_turns"
                 " WHERE NOT committed AND state IN ('accepted', 'running') AND owner <> $1"
                 " AND started_at < now() - make_interval(secs => $2)"
-                " AND (owner = 0 OR pg_try_advisory_xact_lock(owner)) ORDER BY started_at",
+                " AND (owner = 0 OR pg_try_advisory_xact_lock_shared(owner)) ORDER BY started_at",
                 self.owner_key,
                 float(older_than_s),
             )

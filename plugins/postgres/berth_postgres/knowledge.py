@@ -20,8 +20,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
-import numpy as np
-import numpy.typing as npt
 
 from berth.knowledge.store import (
     ChunkRow,
@@ -36,6 +34,9 @@ from berth_postgres.pool import StorePool
 from berth_postgres.retrying import DEFAULT_RETRY_BUDGET_S
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from berth.distributed.connections import DistributedConnections
 
 __all__ = ["REQUIRED_MIGRATION", "PostgresKnowledgeStores", "PostgresSpaceStore", "create_knowledge_stores"]
@@ -226,6 +227,8 @@ class PostgresSpaceStore:
         version = await self.version()
         cached = self._vectors
         if cached is None or cached.version != version:
+            import numpy as np  # with the first vector search: a worker's start does not need numpy
+
             rows = await self._fetch(
                 "SELECT id, vector FROM knowledge_chunks WHERE space_id = $1 AND vector IS NOT NULL"
             )
@@ -301,6 +304,8 @@ class PostgresSpaceStore:
 
 
 def _chunk_rows(space_id: int, updates: Sequence[FileUpdate]) -> Iterable[tuple[Any, ...]]:
+    import numpy as np
+
     for update in updates:
         vectors = list(update.vectors) or [None] * len(update.chunks)
         for chunk, vector in zip(update.chunks, vectors, strict=True):

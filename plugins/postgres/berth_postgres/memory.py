@@ -116,6 +116,8 @@ class PostgresMemoryIndex:
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
     ) -> None:
         self._pool = StorePool(dsn, pool=pool, min_size=min_size, max_size=max_size, retry_budget_s=retry_budget_s)
+        self.store_pool = self._pool
+        """The pool its operations go through (with their retry policy)."""
 
     async def open(self) -> None:
         """Open the pool; a schema that is behind is refused (``schema_behind``: run ``berth migrate``)."""

@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
@@ -72,6 +72,8 @@ class RetryPolicy:
     budget_s: float = DEFAULT_RETRY_BUDGET_S
     first_delay_s: float = 0.05
     max_delay_s: float = 2.0
+    on_retry: Callable[[], None] | None = field(default=None, compare=False)
+    """Called at each retry (the process's ``berth_store_retries_total`` counter)."""
 
     def __post_init__(self) -> None:
         if not self.budget_s > 0:
@@ -130,6 +132,8 @@ class RetryPolicy:
                     )
                 else:
                     log.debug("PostgreSQL retry %d failed (%s: %s)", retry, type(error).__name__, error)
+                if self.on_retry is not None:
+                    self.on_retry()
                 await sleep(min(self.delay(retry, draw), self.budget_s - elapsed))
                 retry += 1
             else:

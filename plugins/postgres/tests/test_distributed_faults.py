@@ -9,7 +9,15 @@ from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import pytest
-from distributed_cluster import STEPS, check_consistency, cluster, recorded_steps
+from distributed_cluster import (
+    CRASH_ANSWER,
+    STEPS,
+    check_consistency,
+    cluster,
+    process_cluster,
+    recorded_steps,
+    turn_state,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -105,3 +113,30 @@ async def test_turns_commit_through_terminated_postgres_connections(tmp_path: Pa
         assert terminated > 20
         running.stop_all()
         await check_consistency(running.dsn, acknowledged)
+
+
+@pytest.mark.fault
+@pytest.mark.aws
+async def test_a_turn_whose_worker_died_is_cancelled_at_once_and_its_conversation_goes_on(tmp_path: Path) -> None:
+    async with process_cluster(tmp_path, apis=1, workers=1, lease_s=1.5) as running:
+        switch = tmp_path / "poison-switch"
+        switch.touch()  # fault.crash kills its worker
+        conversation = await running.conversation("acme", "poison")
+        turns = f"/v1/acme/poison/conversations/{conversation}/turns"
+        started = (await running.client.post(turns, json={"message": "crash"})).json()
+        turn_id = started["turn_id"]
+        deadline = asyncio.get_running_loop().time() + 60
+        while not running.reap():  # the worker runs the turn and dies; no worker is left to answer for it
+            assert asyncio.get_running_loop().time() < deadline, "the poison turn did not kill its worker"
+            await asyncio.sleep(0.05)
+        cancel = await running.client.post(f"{turns}/{turn_id}/cancel")
+        assert cancel.status_code == 202 and cancel.json()["cancelled"] is True
+        kind, data = await running.ending(started["events_url"])
+        assert (kind, data["code"]) == ("turn.failed", "cancelled")
+        assert await turn_state(running.dsn, turn_id) == "cancelled"
+        switch.unlink()
+        running.start_worker()  # a worker that comes later finds nothing of it to run
+        following = (await running.client.post(turns, json={"message": "and now?"})).json()
+        kind, data = await running.ending(following["events_url"])
+        assert (kind, data["answer"]) == ("turn.completed", CRASH_ANSWER)
+        assert await turn_state(running.dsn, turn_id) == "cancelled"

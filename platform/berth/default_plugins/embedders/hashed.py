@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Final
 
 from berth.config.errors import ConfigError
 from berth.hooks import hookimpl
-from berth.runtime.memory import HashedNgramEmbedder
 
 if TYPE_CHECKING:
     from berth.config.models.assembly import EmbedderConfig
-    from berth.runtime.memory import EmbedderFactory
+    from berth.runtime.memory import EmbedderFactory, HashedNgramEmbedder
 
 __all__ = ["PROVIDER_NAME", "create_hashed_embedder"]
 
@@ -29,6 +28,8 @@ def create_hashed_embedder(config: EmbedderConfig) -> HashedNgramEmbedder:
             f"the {PROVIDER_NAME!r} embedder has no models; remove platform.embedder.model "
             f"({config.model!r}) or choose another provider",
         )
+    from berth.runtime.memory import HashedNgramEmbedder  # when it is used: the host loads every plugin module
+
     return HashedNgramEmbedder()
 
 

@@ -22,20 +22,15 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from berth.config.models.assembly import ModelRef
 from berth.default_plugins.models.scripted import estimate_tokens
 from berth.hooks import hookimpl
-from berth.models.protocol import (
-    ModelCompleted,
-    ModelEvent,
-    ModelProviderFactory,
-    ModelRequest,
-    SecretLookup,
-    TextDelta,
-    Usage,
-)
+from berth.models.events import ModelCompleted, ModelEvent, TextDelta, Usage
+
+if TYPE_CHECKING:
+    from berth.models.protocol import ModelProviderFactory, ModelRequest, SecretLookup
 
 PROVIDER_NAME: Final = "demo"
 CHUNK_SIZE: Final = 12

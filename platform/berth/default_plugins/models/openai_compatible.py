@@ -21,9 +21,7 @@ import base64
 import json
 import random
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from berth.config.models.assembly import ModelRef
 from berth.config.secrets import Secret
@@ -34,19 +32,15 @@ from berth.models.errors import (
     ModelProviderError,
     ProviderErrorCode,
 )
-from berth.models.protocol import (
-    ModelCompleted,
-    ModelEvent,
-    ModelProviderFactory,
-    ModelRequest,
-    SecretLookup,
-    StopReason,
-    TextDelta,
-    Usage,
-)
+from berth.models.events import ModelCompleted, ModelEvent, StopReason, TextDelta, Usage
 from berth.models.retry import RetryPolicy, Sleep, TransientModelError, stream_with_retries
-from berth.runtime.media import PromptMedia
-from berth.runtime.render import BLOCK_SEPARATOR, RenderedPrompt
+
+if TYPE_CHECKING:
+    import httpx
+
+    from berth.models.protocol import ModelProviderFactory, ModelRequest, SecretLookup
+    from berth.runtime.media import PromptMedia
+    from berth.runtime.render import RenderedPrompt
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -94,6 +88,8 @@ def _media_item(media: PromptMedia) -> dict[str, Any]:
 
 def _content(items: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     """A message's content: its text as one string; with images, its items, adjacent texts joined."""
+    from berth.runtime.render import BLOCK_SEPARATOR  # the renderer is loaded by the time a prompt is sent
+
     if all(item["type"] == "text" for item in items):
         return BLOCK_SEPARATOR.join(item["text"] for item in items)
     joined: list[dict[str, Any]] = []
@@ -203,6 +199,8 @@ def output_limit_field(model_ref: ModelRef, base_url: str) -> str:
     ``max_completion_tokens`` for OpenAI's own API and ``max_tokens`` for every other server."""
     if model_ref.output_limit_field != "auto":
         return model_ref.output_limit_field
+    import httpx  # the plugin module is loaded by every host; httpx only by one that uses this provider
+
     host = httpx.URL(base_url).host
     return "max_completion_tokens" if host == OPENAI_API_HOST else "max_tokens"
 
@@ -233,6 +231,8 @@ class OpenAICompatibleProvider:
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._rand = rand
+        import httpx
+
         headers = {"Authorization": f"Bearer {api_key.reveal()}"} if api_key is not None else {}
         self._client = httpx.AsyncClient(
             base_url=self._base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
@@ -268,6 +268,8 @@ class OpenAICompatibleProvider:
         await self._client.aclose()
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncIterator[ModelEvent]:
+        import httpx
+
         try:
             async with self._client.stream("POST", "chat/completions", json=body) as response:
                 if response.status_code >= 400:

@@ -28,7 +28,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -43,16 +43,10 @@ from berth.models.errors import (
     ModelUnavailable,
     ProviderErrorCode,
 )
-from berth.models.protocol import (
-    ModelCompleted,
-    ModelEvent,
-    ModelProviderFactory,
-    ModelRequest,
-    SecretLookup,
-    StopReason,
-    TextDelta,
-    Usage,
-)
+from berth.models.events import ModelCompleted, ModelEvent, StopReason, TextDelta, Usage
+
+if TYPE_CHECKING:
+    from berth.models.protocol import ModelProviderFactory, ModelRequest, SecretLookup
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",

@@ -3,7 +3,8 @@
 ``platform.storage`` ``{kind: embedded, root: ./var}`` in ``assembly.yaml`` selects it. The conversation
 store (:class:`~berth.default_plugins.storage.sqlite.SqliteConversationStore`) and the memory index
 (:class:`~berth.default_plugins.storage.sqlite_memory.SqliteMemoryIndex`) share ``root/berth.sqlite3`` and one
-connection to it (:class:`~berth.default_plugins.storage.sqlite_database.SqliteDatabase`).
+connection to it (:class:`~berth.default_plugins.storage.sqlite_database.SqliteDatabase`). The stores are imported
+when a backend is built, not when the host loads this plugin module at start-up.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import TYPE_CHECKING, Final
 
 from berth.config.errors import ConfigError
 from berth.config.models.assembly import EmbeddedStorage
-from berth.default_plugins.storage.sqlite import SqliteConversationStore
-from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.hooks import hookimpl
 
 if TYPE_CHECKING:
+    from berth.default_plugins.storage.sqlite import SqliteConversationStore
+    from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
     from berth.storage.backend import StorageBackendFactory
 
 __all__ = ["STORAGE_KIND", "EmbeddedStorageBackend", "create_embedded_storage"]
@@ -29,6 +30,9 @@ class EmbeddedStorageBackend:
     """The embedded :class:`~berth.storage.backend.StorageBackend`: both stores under one root."""
 
     def __init__(self, root: Path) -> None:
+        from berth.default_plugins.storage.sqlite import SqliteConversationStore
+        from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
+
         self.root = root
         self._conversations = SqliteConversationStore(root)
         # One connection for both: the memory index's writes join the turns' group commits.

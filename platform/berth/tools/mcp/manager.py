@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import mcp_types as types
-
 from berth.tools.contributions import McpServer
 from berth.tools.mcp.errors import McpToolError, SessionLostError
 from berth.tools.mcp.results import tool_output_from_result
@@ -35,6 +33,7 @@ from berth.tools.mcp.sessions import OwnedSession
 from berth.tools.mcp.transports import McpConnector, SecretLookup, TransportConnector
 
 if TYPE_CHECKING:
+    import mcp_types as types
     from mcp.shared.dispatcher import ProgressFnT
 
     from berth.tools.results import ToolOutput

@@ -20,14 +20,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
-
-import mcp_types as types
+from typing import TYPE_CHECKING, Any
 
 from berth.tools.results import ImageContent, SourceCandidate, SourceType, ToolOutput
 
 DEFAULT_PREVIEW_CHARS = 32_000
 """Default bound of :func:`preview_tool_output`: the preview's JSON is at most this many characters."""
+
+if TYPE_CHECKING:
+    import mcp_types as types
 
 _ELISION = "\n[… {omitted} more characters not shown; the full result is stored]"
 _RESERVED_CHARS = 400  # room for the JSON envelope, field names and the notes the preview adds
@@ -35,6 +36,8 @@ _RESERVED_CHARS = 400  # room for the JSON envelope, field names and the notes t
 
 def tool_output_from_result(result: types.CallToolResult) -> ToolOutput:
     """Map an MCP ``CallToolResult`` onto a :class:`ToolOutput`, keeping every byte of it."""
+    import mcp_types as types  # the SDK's types load with the first result (a session imported them already)
+
     texts: list[str] = []
     notes: list[str] = []
     images: list[ImageContent] = []
@@ -124,9 +127,11 @@ def _map_embedded(
     images: list[ImageContent],
     notes: list[str],
 ) -> None:
+    from mcp_types import TextResourceContents
+
     uri = str(resource.uri)
     mime = resource.mime_type or ""
-    if isinstance(resource, types.TextResourceContents):
+    if isinstance(resource, TextResourceContents):
         sources.append(
             SourceCandidate(url=uri, title=uri, text=resource.text, mime=mime or "text/plain", source_type=_kind(uri))
         )

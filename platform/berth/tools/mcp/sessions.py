@@ -22,14 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
 import anyio
-import httpx2
-import mcp_types as types
-from mcp.shared.exceptions import MCPError
 
 from berth.tools.contributions import McpServer
 from berth.tools.mcp.errors import McpToolError, SessionLostError
 
 if TYPE_CHECKING:
+    import mcp_types as types
     from mcp.client import Client
     from mcp.client.session import IncomingMessage
     from mcp.shared.dispatcher import ProgressFnT
@@ -272,6 +270,8 @@ class OwnedSession:
                 self._settle(request, error=self._unusable_error(request.what))
 
     def _classify(self, exc: Exception, request: _Request) -> Exception:
+        from mcp.shared.exceptions import MCPError  # the SDK is imported once a session opens, not before
+
         if _connection_lost(exc):
             self._lost = self._lost_under_request = True
             if self._life is not None:
@@ -285,7 +285,9 @@ class OwnedSession:
         return McpToolError("mcp_call_failed", f"MCP server '{self.alias}' failed {request.what}: {_describe(exc)}")
 
     async def _on_message(self, message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification) and self._on_tools_changed is not None:
+        from mcp_types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification) and self._on_tools_changed is not None:
             self._on_tools_changed(self)
         elif isinstance(message, Exception):
             logger.debug("MCP server %s (%s) transport fault: %s", self.alias, self.scope, _describe(message))
@@ -350,10 +352,14 @@ def _consume_exception(future: asyncio.Future[Any]) -> None:
 
 
 def _connection_lost(exc: BaseException) -> bool:
+    import httpx2
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
     if isinstance(exc, BaseExceptionGroup):
         return any(_connection_lost(inner) for inner in exc.exceptions)
     if isinstance(exc, MCPError):
-        return exc.error.code == types.CONNECTION_CLOSED
+        return exc.error.code == CONNECTION_CLOSED
     return isinstance(
         exc,
         anyio.ClosedResourceError
@@ -365,6 +371,8 @@ def _connection_lost(exc: BaseException) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
+    from mcp.shared.exceptions import MCPError
+
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = cast(BaseException, exc.exceptions[0])
     if isinstance(exc, MCPError):

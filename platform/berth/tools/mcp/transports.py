@@ -10,6 +10,8 @@ A stdio server is started through a tiny launcher that asks Linux to SIGKILL it 
 (``PR_SET_PDEATHSIG``) and then ``exec``s the server, so the server is the child itself, leads its own
 process group (the SDK starts it in a new session and kills the group on close) and never outlives a host
 that is killed without closing its sessions.
+
+The SDK is imported when the first client is built: a host whose bundles name no MCP server never loads it.
 """
 
 from __future__ import annotations
@@ -20,21 +22,15 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-import httpx2
-import mcp_types as types
-from mcp.client import Client
-from mcp.client._transport import TransportStreams
-from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
-
 import berth
 from berth.config.errors import ConfigError
 from berth.tools.contributions import McpServer
 from berth.tools.mcp.errors import McpToolError
 
 if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.client import Client
+    from mcp.client._transport import TransportStreams
     from mcp.client.session import MessageHandlerFnT
     from mcp.server.mcpserver import MCPServer
 
@@ -110,6 +106,10 @@ class TransportConnector:
 
     def client_for(self, server: McpServer, message_handler: MessageHandlerFnT) -> Client:
         """An SDK client over ``server.transport`` (see :class:`McpConnector`)."""
+        from mcp.client import Client
+        from mcp.client.sse import sse_client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
         if server.transport == "stdio":
             assert server.command is not None  # guaranteed by McpServer's validator
             env = resolve_secret_refs(server.env, self._secret, alias=server.alias, what="env")
@@ -138,6 +138,8 @@ class InProcessConnector:
 
     def client_for(self, server: McpServer, message_handler: MessageHandlerFnT) -> Client:
         """An in-memory client for the server registered under ``server.alias``."""
+        from mcp.client import Client
+
         target = self._servers.get(server.alias)
         if target is None:
             raise McpToolError("mcp_server_unavailable", f"MCP server '{server.alias}' is not registered in-process")
@@ -148,7 +150,9 @@ class InProcessConnector:
 
 def berth_client_info() -> types.Implementation:
     """How Berth announces itself in ``initialize`` (``clientInfo``): ``berth`` and its version."""
-    return types.Implementation(name="berth", title="Berth", version=berth.__version__)
+    from mcp_types import Implementation
+
+    return Implementation(name="berth", title="Berth", version=berth.__version__)
 
 
 def guarded_command(command: str, args: list[str]) -> tuple[str, list[str]]:
@@ -163,6 +167,10 @@ async def _streamable_http(
     url: str, headers: dict[str, str], connect_timeout_s: float
 ) -> AsyncIterator[TransportStreams]:
     # The SDK leaves a client it is given open, so this one is entered (and closed) here.
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
+
     timeout = httpx2.Timeout(connect_timeout_s, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout) as http,

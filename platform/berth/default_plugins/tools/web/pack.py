@@ -1,25 +1,40 @@
-"""The ``web`` pack factory: options → ``web.fetch`` always, ``web.search`` when a backend is configured."""
+"""The ``web`` pack factory: options → ``web.fetch`` always, ``web.search`` when a backend is configured.
+
+The fetcher (httpx, trafilatura) and the search backends are imported when a bundle's pack is built, not when the
+host loads this plugin at start-up.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from berth.config.errors import ConfigError
-from berth.default_plugins.tools.web import searxng
-from berth.default_plugins.tools.web.fetching import PageFetcher
 from berth.default_plugins.tools.web.options import parse_web_pack_options
-from berth.default_plugins.tools.web.search import SearchBackendFactory, WebSearcher
-from berth.tools.packs import PackContext, PackTools, ToolPackFactory
-from berth.tools.results import ToolOutput
-from berth.tools.spec import ToolSpec, build_tool_spec
+from berth.tools.results import ToolOutput  # in the tools' signatures, which build_tool_spec resolves
+
+if TYPE_CHECKING:
+    from berth.config.secrets import Secret
+    from berth.default_plugins.tools.web.fetching import PageFetcher
+    from berth.default_plugins.tools.web.search import SearchBackend, SearchBackendFactory, WebSearcher
+    from berth.tools.packs import PackContext, PackTools, ToolPackFactory
+    from berth.tools.spec import ToolSpec
 
 PACK_ID = "web"
 NO_SEARCH_BACKEND = "no search backend configured"
+SEARXNG = "searxng"
+""":data:`berth.default_plugins.tools.web.searxng.BACKEND_NAME` (named here: listing it imports nothing)."""
 
-SEARCH_BACKENDS: Mapping[str, SearchBackendFactory] = MappingProxyType(
-    {searxng.BACKEND_NAME: searxng.SearxngBackend.from_options}
-)
+
+def searxng_backend(options: Mapping[str, Any], secret: Callable[[str], Secret]) -> SearchBackend:
+    """The SearXNG backend (:meth:`~berth.default_plugins.tools.web.searxng.SearxngBackend.from_options`)."""
+    from berth.default_plugins.tools.web.searxng import SearxngBackend
+
+    return SearxngBackend.from_options(options, secret)
+
+
+SEARCH_BACKENDS: Mapping[str, SearchBackendFactory] = MappingProxyType({SEARXNG: searxng_backend})
 """The search backends shipped with Berth, by the name ``search.backend`` selects."""
 
 
@@ -45,6 +60,10 @@ def build_web_tools(ctx: PackContext, search_backends: Mapping[str, SearchBacken
     unknown backend. A backend whose secret cannot be read in this scope leaves ``web.search``
     inactive with the reason, so one tenant's missing key does not break the bundle elsewhere.
     """
+    from berth.default_plugins.tools.web.fetching import PageFetcher
+    from berth.default_plugins.tools.web.search import WebSearcher
+    from berth.tools.packs import PackTools
+
     options = parse_web_pack_options(ctx.pack_id, ctx.options)
     tools = [_fetch_tool(PageFetcher(options.fetch))]
     inactive: dict[str, str] = {}
@@ -83,6 +102,8 @@ def _fetch_tool(fetcher: PageFetcher) -> ToolSpec:
         """
         return await fetcher.fetch(url, max_chars)
 
+    from berth.tools.spec import build_tool_spec
+
     return build_tool_spec(fetch, name="fetch", read_only=True)
 
 
@@ -97,5 +118,7 @@ def _search_tool(searcher: WebSearcher) -> ToolSpec:
             max_results: how many hits to return (the pack's limit when omitted).
         """
         return await searcher.search(query, max_results)
+
+    from berth.tools.spec import build_tool_spec
 
     return build_tool_spec(search, name="search", read_only=True)
