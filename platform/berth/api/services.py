@@ -547,15 +547,21 @@ class HostServices:
             record = (await self.store.conversation(scope).read_turn_log(turn_id)).turn
         except StorageError:
             raise not_found(f"turn {turn_id}") from None
-        if record.state == "running":  # a live worker ends it (its commit records the cancel) when it answers
+        if record.state not in ("accepted", "running"):
+            return False
+        claimed = await self.distributed.claims.owner_alive(scope, turn_id)
+        if claimed:  # a live worker runs it (or begins it): it ends it, and its commit records the cancel
             reply = await self.distributed.control.send(turn_id, {"kind": "cancel"})
             if reply is not None:
                 return bool(reply.get("cancelled"))
-        elif record.state != "accepted":
-            return False
-        # Still queued, or no worker answers (it died, or the turn waits to be taken over): end it in the store,
-        # whoever owns it; a worker that still runs it is refused at its next write.
-        message = CANCELLED_WAITING if record.state == "accepted" else "the turn was cancelled while no worker ran it"
+        # Still queued, or its worker does not answer (it died, or hangs): end it in the store, whoever owns it; a
+        # worker that still runs it is refused at its next write.
+        if claimed:
+            message = "the turn was cancelled while its worker did not answer"
+        elif record.state == "accepted" and not record.attempts:
+            message = CANCELLED_WAITING
+        else:
+            message = "the turn was cancelled while no worker ran it (its worker had stopped)"
         attempts = await self.distributed.claims.end_turn(
             scope, turn_id, state="cancelled", code="cancelled", error=message
         )

@@ -90,6 +90,10 @@ class TurnClaims(Protocol):
         """
         ...
 
+    async def owner_alive(self, scope: ConversationScope, turn_id: str) -> bool:
+        """Whether a live process owns the turn now (a worker claimed it: it may be running it)."""
+        ...
+
     async def release_turn(self, scope: ConversationScope, turn_id: str, *, error: str) -> bool:
         """Give a turn this instance owns back to the queue after an attempt that failed, recording ``error``;
         return whether it did (False when the turn has ended or another process owns it)."""

@@ -967,6 +967,22 @@ class PostgresConversationStore:
 
         return await self.transaction(work)
 
+    async def owner_alive(self, scope: ConversationScope, turn_id: str) -> bool:
+        """Whether a live instance owns the turn now (a worker claimed it and holds its owner lock)."""
+        key = _scope_args(scope)
+
+        async def work(connection: Connection, retried: bool) -> bool:
+            alive = await connection.fetchval(
+                "SELECT owner <> 0 AND (owner = $6 OR NOT pg_try_advisory_xact_lock_shared(owner)) FROM berth_turns"
+                " WHERE " + _SCOPE + " AND turn_id=$5",
+                *key,
+                turn_id,
+                self.owner_key,
+            )
+            return bool(alive)
+
+        return await self.transaction(work)
+
     async def release_turn(self, scope: ConversationScope, turn_id: str, *, error: str) -> bool:
         """Give a turn this instance owns back to the queue (owner ``0``) with ``error`` recorded; return whether
         it did (False when the turn has ended or another instance owns it)."""
