@@ -110,7 +110,7 @@ async def admin_turns(
     return {"turns": [turn_row(turn, now) for turn in turns]}
 
 
-@router.post("/turns/{turn_id}/end", responses=error_responses(409))
+@router.post("/turns/{turn_id}/end", responses=error_responses(400, 409))
 async def admin_end_turn(
     turn_id: str,
     who: Admin,
