@@ -7,16 +7,16 @@
 """
 
 from berth.testing.bundle_host import BundleHost, bundle_host, write_descriptors
-from berth.testing.services import SERVICE_MARKERS, _require_marked_services, clean_berth_env, pytest_configure
+from berth.testing.services import SERVICE_MARKERS, clean_berth_env, pytest_configure, pytest_runtest_setup
 from berth.testing.storage import storage_kind
 
 __all__ = [
     "SERVICE_MARKERS",
     "BundleHost",
-    "_require_marked_services",
     "bundle_host",
     "clean_berth_env",
     "pytest_configure",
+    "pytest_runtest_setup",
     "storage_kind",
     "write_descriptors",
 ]

@@ -102,11 +102,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker.name}: needs {marker.needs}")
 
 
-@pytest.fixture(autouse=True)
-def _require_marked_services(request: pytest.FixtureRequest) -> None:
-    """Skip (or, under ``CI=true``, fail) a test whose marked service does not answer."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip (or, under ``CI=true``, fail) a test whose marked service does not answer — before any of its fixtures
+    is set up, module-scoped ones included (a fixture that builds a Docker image never runs without an engine)."""
     by_name = {marker.name: marker for marker in SERVICE_MARKERS}
-    for mark in request.node.iter_markers():
+    for mark in item.iter_markers():
         marker = by_name.get(mark.name)
         if marker is None or marker.available():
             continue
