@@ -13,7 +13,7 @@ Arms, each a fresh process per run (the console script of this venv, from the re
 
 Both servers start as a restart does: ``berth knowledge reindex`` builds the example bundles' knowledge indexes
 first, so a start finds them current (a first start also indexes ``docs-assistant``'s spaces, in the background,
-for seconds of CPU).
+for seconds of CPU; ``--quick`` leaves the reindex out, so its figures include that).
 
 It prints the median, min and max wall time of ``--runs`` runs (default 10; ``--quick``: 3), the median CPU time
 (user + system) of each process, the time over the baseline and the ratio to it, against the targets of issue 34
@@ -393,7 +393,9 @@ def report(arms: list[Arm], skipped: dict[str, str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="runs of each arm (the median is reported)")
-    parser.add_argument("--quick", action="store_true", help="3 runs of each arm, no warm-up run: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 runs of each arm, no warm-up run nor reindex: a smoke test"
+    )
     parser.add_argument("--no-imports", action="store_true", help="leave out the import-cost tables")
     args = parser.parse_args()
     runs = 3 if args.quick else args.runs
@@ -401,7 +403,8 @@ def main() -> None:
     print(f"each arm: {runs} fresh processes, interleaved; load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="berth-startup-") as tmp:
         work = Path(tmp)
-        reindex(DESCRIPTORS, work / "var")
+        if not args.quick:
+            reindex(DESCRIPTORS, work / "var")
         arms = [
             Arm("python -c pass", one_shot([sys.executable, "-c", "pass"])),
             Arm("berth --version", one_shot([BERTH, "--version"]), 150, over_bare=True),
@@ -412,7 +415,8 @@ def main() -> None:
         skipped: dict[str, str] = {}
         with distributed_services(work) as distributed:
             if isinstance(distributed, Path):
-                reindex(distributed)
+                if not args.quick:
+                    reindex(distributed)
                 arms.append(Arm("berth worker ready", time_to_ready(worker_command(distributed), work), 1500))
             else:
                 skipped["berth worker ready"] = distributed

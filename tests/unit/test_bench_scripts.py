@@ -42,6 +42,10 @@ TABLES: dict[str, tuple[str, str]] = {
         r"^\s+turns\s+turns/s\s+first delta p50 ms",
         r"^ratio 1 API \+ 1 worker / embedded turns/s: \d+\.\d+x",
     ),
+    "startup.py": (
+        r"^arm\s+runs\s+median ms\s+min ms\s+max ms\s+CPU ms\s+over bare ms\s+x bare",
+        r"^ratio berth --version / python -c pass: \d+\.\d+x$",
+    ),
     "streaming.py": (r"^\|\s+chunk\s+\|\s+implementation", r"^\|\s+16 B \| Berth ChannelRenderer.*\d+(\.\d+)?x faster"),
     # An instruction count, not a timing: its baseline is the run with fewer turns, its result their difference.
     "turn_instructions.py": (r"^run\b.*\binstructions$", r"^per round \(\d+-round turns\)\s+[\d,]+$"),

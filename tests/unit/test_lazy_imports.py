@@ -79,8 +79,7 @@ def test_the_model_events_do_not_import_the_renderer() -> None:
 
 
 def test_the_model_names_are_one_class_wherever_they_are_imported_from() -> None:
-    from berth.models import ModelCompleted, Usage
-    from berth.models import events, protocol
+    from berth.models import ModelCompleted, Usage, events, protocol
 
     assert Usage is protocol.Usage is events.Usage
     assert ModelCompleted is protocol.ModelCompleted is events.ModelCompleted
@@ -120,3 +119,28 @@ def test_the_documented_error_responses_are_built_once() -> None:
     assert set(errors.ADMIN_ERRORS) == {401, 403, 404, 413, 422, 503}
     with pytest.raises(AttributeError):
         _ = errors.OTHER_ERRORS  # type: ignore[attr-defined]
+
+
+def test_the_config_packages_light_modules_do_not_load_the_descriptor_models() -> None:
+    code = "import berth.config.errors, berth.config.redaction"
+    assert modules_after(code, ("pydantic", "berth.config.models", "berth.config.configuration", "yaml")) == []
+
+
+def test_the_config_package_offers_its_names_on_first_use() -> None:
+    import berth.config
+    from berth.config import (
+        ConfigError,
+        Configuration,
+        DescriptorError,
+        Secret,
+        configuration,
+        errors,
+        find_descriptors_dir,
+        secrets,
+    )
+
+    assert (Configuration, find_descriptors_dir) == (configuration.Configuration, configuration.find_descriptors_dir)
+    assert (ConfigError, DescriptorError, Secret) == (errors.ConfigError, errors.DescriptorError, secrets.Secret)
+    assert all(getattr(berth.config, name) is not None for name in berth.config.__all__)
+    with pytest.raises(AttributeError):
+        _ = berth.config.nope  # type: ignore[attr-defined]

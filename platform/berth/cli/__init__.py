@@ -35,6 +35,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "run": LazyCommand(
         "berth.cli.serve:run",
         "Serve the HTTP API and the web UI (with distributed storage: the API only; `berth worker` runs turns).",
+        preload=("berth.api.application", "uvicorn"),
     ),
     "chat": LazyCommand(
         "berth.cli.serve:chat",

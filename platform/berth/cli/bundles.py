@@ -1,4 +1,8 @@
-"""``berth bundles list|reload|new`` and ``berth worker``."""
+"""``berth bundles list|reload|new``, and the ``--descriptors`` option of every command that loads descriptors.
+
+Every command of the CLI imports this module for :data:`DESCRIPTORS_OPTION`, so each subcommand imports the host
+(or the scaffolder) itself.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,16 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import redis.asyncio as aioredis
 
 from berth.cli.table import print_table
-from berth.config import Configuration, find_descriptors_dir
-from berth.config.errors import ConfigError
-from berth.host.broadcast import read_worker_reports
-from berth.host.plugins import PlatformPlugins
-from berth.host.registry import BundleStatus
-from berth.host.reload_acks import broadcast_reload
-from berth.host.runtime import HostRuntime, default_worker_id, redis_client_for
-from berth.host.scaffold import scaffold_bundle
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from berth.host.registry import BundleStatus
 
 DESCRIPTORS_OPTION = click.option(
     "--descriptors",
@@ -60,6 +61,9 @@ def _status_rows(statuses: list[BundleStatus]) -> list[list[str]]:
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def list_bundles(descriptors: Path | None, output_format: str) -> None:
     """Load every bundle in this process and show id, version, source, generation, state, tenants, error."""
+
+    from berth.host.broadcast import read_worker_reports
+    from berth.host.runtime import HostRuntime, redis_client_for
 
     async def run() -> tuple[list[BundleStatus], list[dict[str, object]]]:
         runtime = HostRuntime.for_descriptors(descriptors, watch=False)
@@ -106,6 +110,11 @@ def reload_bundle(bundle_id: str, descriptors: Path | None, wait_s: float) -> No
     """Reload BUNDLE_ID: in distributed mode in every host process (over Redis), printing each process's answer
     (exit 1 when one did not answer, a reload failed, or no process received it); otherwise validate a fresh
     load here."""
+    from berth.config import Configuration, find_descriptors_dir
+    from berth.config.errors import ConfigError
+    from berth.host.plugins import PlatformPlugins
+    from berth.host.runtime import redis_client_for
+
     plugins = PlatformPlugins.discover()
     config = Configuration.load(find_descriptors_dir(descriptors), secret_providers=plugins.secret_providers())
     if bundle_id not in config.descriptors.bundles.bundles:
@@ -121,6 +130,8 @@ def reload_bundle(bundle_id: str, descriptors: Path | None, wait_s: float) -> No
 
 async def _validate_reload(bundle_id: str, descriptors: Path | None) -> int:
     """Embedded mode: load a fresh generation in this process and say whether it loads."""
+    from berth.host.runtime import HostRuntime
+
     runtime = HostRuntime.for_descriptors(descriptors, watch=False)
     await runtime.start()
     assert runtime.registry is not None
@@ -136,6 +147,10 @@ async def _validate_reload(bundle_id: str, descriptors: Path | None) -> int:
 
 async def _broadcast_reload(client: aioredis.Redis, bundle_id: str, wait_s: float) -> int:
     """Distributed mode: ask every host process to reload, print what each answered and who did not."""
+    from berth.host.broadcast import read_worker_reports
+    from berth.host.reload_acks import broadcast_reload
+    from berth.host.runtime import default_worker_id
+
     try:
         reports = await read_worker_reports(client)
         result = await broadcast_reload(
@@ -173,6 +188,8 @@ async def _broadcast_reload(client: aioredis.Redis, bundle_id: str, wait_s: floa
 @click.option("--dir", "parent", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 def new_bundle(name: str, parent: Path) -> None:
     """Create a bundle project NAME (pip-installable, with an entry point and a test)."""
+    from berth.host.scaffold import scaffold_bundle
+
     target = scaffold_bundle(name, parent)
     click.echo(f"created {target}")
     click.echo(f"next: pip install -e {target} && add '{name}: {{source: {{entry_point: {name}}}}}' to bundles.yaml")

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import click
 import httpx
 
-from berth.api.errors import ApiError
-from berth.api.services import HostServices
-from berth.runtime.live import LiveEvent, LiveKind
-from berth.storage.scope import ConversationScope
+if TYPE_CHECKING:
+    from berth.api.services import HostServices
+    from berth.runtime.live import LiveKind
+    from berth.storage.scope import ConversationScope
 
 __all__ = [
     "ChatBackend",
@@ -203,6 +203,8 @@ class InProcessChat:
 
     async def start(self, text: str) -> Lines | None:
         """Start a turn on the host."""
+        from berth.api.errors import ApiError
+
         try:
             running = await self._services.start_turn(self._scope, self._bundle_id, text)
         except ApiError as refused:
@@ -212,6 +214,9 @@ class InProcessChat:
 
     async def send(self, kind: LiveKind, text: str) -> Lines | None:
         """Deliver the event to the current turn (or start the next one)."""
+        from berth.api.errors import ApiError
+        from berth.runtime.live import LiveEvent
+
         assert self._turn_id is not None
         try:
             delivery = await self._services.deliver_live_event(

@@ -23,10 +23,15 @@ __all__ = ["LazyCommand", "LazyGroup"]
 
 @dataclass(frozen=True)
 class LazyCommand:
-    """Where a subcommand lives (``"module:attribute"``) and the first paragraph of its help, for listings."""
+    """Where a subcommand lives (``"module:attribute"``) and the first paragraph of its help, for listings.
+
+    ``preload`` names modules the command imports when it runs (inside its function, to keep them from the other
+    commands that share its module): they are imported with it, the collector paused for them too.
+    """
 
     target: str
     help: str
+    preload: tuple[str, ...] = ()
 
     def short_help(self, limit: int) -> str:
         """The help line ``--help`` lists, shortened to ``limit`` characters as click shortens a command's."""
@@ -39,6 +44,8 @@ class LazyCommand:
         gc.disable()
         try:
             command = getattr(import_module(module_name), attribute)
+            for module in self.preload:
+                import_module(module)
         finally:
             if collecting:
                 gc.enable()

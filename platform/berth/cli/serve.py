@@ -15,22 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from berth.api.app import build_services, create_app
 from berth.cli.bundles import DESCRIPTORS_OPTION
-from berth.config import ConfigError, Configuration
-from berth.config.environment import host_environment
-from berth.config.models.gateway import is_loopback_host
-from berth.default_plugins.models.anthropic_plugin import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
-from berth.execution.profiles import warn_unisolated
-from berth.host.models import resolve_model_secret
-from berth.logs import configure_logging
-from berth.models.protocol import resolve_api_key
-from berth.storage.meta import ConversationMeta
-from berth.storage.scope import ConversationScope
 
 if TYPE_CHECKING:
     from berth.api.services import HostServices
     from berth.cli.chat_session import ChatBackend
+    from berth.config import Configuration
 
 
 def demo_overrides(config: Configuration) -> dict[str, Any]:
@@ -43,6 +33,11 @@ def demo_overrides(config: Configuration) -> dict[str, Any]:
 
 def check_model_credentials(config: Configuration) -> None:
     """Refuse to start when the default model needs a key that is missing, saying how to fix it."""
+    from berth.config import ConfigError
+    from berth.default_plugins.models.anthropic_plugin import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
+    from berth.host.models import resolve_model_secret
+    from berth.models.protocol import resolve_api_key
+
     model = config.settings_for().models.default
     if model.provider != "anthropic":
         return
@@ -81,6 +76,13 @@ def run(
 ) -> None:
     """Serve the HTTP API and the web UI (with distributed storage: the API only; `berth worker` runs turns)."""
     import uvicorn
+
+    from berth.api.app import build_services, create_app
+    from berth.config import ConfigError
+    from berth.config.environment import host_environment
+    from berth.config.models.gateway import is_loopback_host
+    from berth.execution.profiles import warn_unisolated
+    from berth.logs import configure_logging
 
     configure_logging(host_environment().log_level)
     services = build_services(descriptors, var_root=var_root, watch=watch)
@@ -187,6 +189,8 @@ async def _chat_in_process(
 ) -> None:
     from berth.api.services import new_id
     from berth.cli.chat_session import InProcessChat
+    from berth.storage.meta import ConversationMeta
+    from berth.storage.scope import ConversationScope
 
     await services.start()
     try:
@@ -225,7 +229,12 @@ def chat(
     message: tuple[str, ...],
 ) -> None:
     """Chat in the terminal with a bundle, streaming the answer: against a running host, or in-process."""
+    from berth.config.environment import host_environment
+
     if in_process:
+        from berth.api.app import build_services
+        from berth.config import ConfigError
+
         services = build_services(descriptors)
         config = services.initial_config
         if config is not None and config.settings_for().storage.kind == "distributed":

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from berth_postgres.knowledge import PostgresKnowledgeStores, create_knowledge_stores
+from berth_postgres import plugin
+from berth_postgres.knowledge import PostgresKnowledgeStores
 from pg_fixtures import migrated_database
 
+from berth.config.models.assembly import LocalArtifacts
+from berth.distributed.connections import DistributedConnections
 from berth.host.plugins import PlatformPlugins
 from berth.host.runtime import HostRuntime
 from berth.testing import write_descriptors
@@ -39,7 +42,12 @@ def database() -> Iterator[str]:
 
 
 def test_the_plugin_registers_knowledge_stores_for_distributed_storage() -> None:
-    assert PlatformPlugins.discover().knowledge_stores()["distributed"] is create_knowledge_stores
+    factory = PlatformPlugins.discover().knowledge_stores()["distributed"]
+    assert factory is plugin.create_knowledge_stores  # imports the stores (asyncpg) when called, not at start-up
+    connections = DistributedConnections("postgresql://127.0.0.1:1/none", "redis://127.0.0.1:1/0", LocalArtifacts())
+    stores = factory(connections)
+    assert isinstance(stores, PostgresKnowledgeStores)  # opens its pool on first use: nothing is reached here
+    assert stores.dsn == connections.postgres_dsn
 
 
 def descriptors(root: Path, dsn: str, name: str) -> Path:
