@@ -669,6 +669,27 @@ def write_descriptors(
 
 
 @asynccontextmanager
+async def in_process_api(descriptors: Path, var_root: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """An API over ``descriptors`` served in this process on a loopback port, and a client of it."""
+    services = build_services(descriptors, var_root=var_root)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(services=services), host="127.0.0.1", port=free_port(), log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        await serving
+
+
+@asynccontextmanager
 async def cluster(tmp_path: Path, *, workers: int, lease_s: float = 1.0) -> AsyncIterator[Cluster]:
     """A scratch database, a Redis server of its own, an API in this process and ``workers`` worker processes."""
     redis = ClusterRedis()
@@ -677,17 +698,7 @@ async def cluster(tmp_path: Path, *, workers: int, lease_s: float = 1.0) -> Asyn
         async with async_scratch_database() as dsn:
             ledger = tmp_path / "ledger.txt"
             descriptors = write_descriptors(tmp_path, dsn=dsn, redis_url=redis.url, ledger=ledger)
-            services = build_services(descriptors, var_root=tmp_path / "var")
-            server = uvicorn.Server(
-                uvicorn.Config(create_app(services=services), host="127.0.0.1", port=free_port(), log_level="warning")
-            )
-            serving = asyncio.create_task(server.serve())
-            while not server.started:
-                if serving.done():
-                    serving.result()
-                await asyncio.sleep(0.01)
-            port = server.servers[0].sockets[0].getsockname()[1]
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            async with in_process_api(descriptors, tmp_path / "var") as client:
                 running = Cluster(tmp_path, descriptors, dsn, redis, client, ledger, lease_s)
                 try:
                     for _ in range(workers):
@@ -695,8 +706,6 @@ async def cluster(tmp_path: Path, *, workers: int, lease_s: float = 1.0) -> Asyn
                     yield running
                 finally:
                     running.stop_all()
-                    server.should_exit = True
-                    await serving
     finally:
         redis.stop()
 

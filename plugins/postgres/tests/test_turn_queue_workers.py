@@ -19,12 +19,10 @@ import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import httpx
 import pytest
 import redis.asyncio as aioredis
-import uvicorn
 import yaml
 from berth_postgres.testing import async_scratch_database
-from distributed_cluster import ANSWER, Cluster, ClusterRedis, _call, write_descriptors
+from distributed_cluster import ANSWER, Cluster, ClusterRedis, _call, in_process_api, write_descriptors
 
-from berth.api import build_services, create_app
 from berth.distributed.queue import TurnQueue
 from berth.storage.scope import ConversationScope
 from berth.testing.redis import free_port
@@ -80,24 +78,12 @@ async def queue_cluster(
                     descriptors / "gateway.yaml",
                     lambda d: d["backpressure"].update(max_inflight_turns_per_worker=max_inflight),
                 )
-            services = build_services(descriptors, var_root=tmp_path / "var")
-            server = uvicorn.Server(
-                uvicorn.Config(create_app(services=services), host="127.0.0.1", port=free_port(), log_level="warning")
-            )
-            serving = asyncio.create_task(server.serve())
-            while not server.started:
-                if serving.done():
-                    serving.result()
-                await asyncio.sleep(0.01)
-            port = server.servers[0].sockets[0].getsockname()[1]
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            async with in_process_api(descriptors, tmp_path / "var") as client:
                 running = Cluster(tmp_path, descriptors, dsn, redis, client, ledger, lease_s)
                 try:
                     yield running
                 finally:
                     running.stop_all()
-                    server.should_exit = True
-                    await serving
     finally:
         redis.stop()
 
