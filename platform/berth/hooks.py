@@ -70,7 +70,7 @@ def berth_knowledge_stores() -> Mapping[str, Callable[..., Any]]:
     """Contribute where knowledge spaces keep their indexes for a storage kind: ``{kind: factory}``.
 
     ``factory(connections)`` gets the kind's resolved connections (``distributed``:
-    :class:`~berth.distributed.connections.DistributedConnections`) and returns a
+    :class:`~berth.host.connections.DistributedConnections`) and returns a
     :class:`~berth.knowledge.store.SpaceStoreFactory` (``(bundle_id, space) -> SpaceStore``). Without one for
     the configured kind, indexes are SQLite files under ``platform.knowledge.root``.
 

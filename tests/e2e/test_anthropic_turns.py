@@ -1,7 +1,7 @@
 """Whole conversations through the real TurnRunner and the real ``anthropic`` SDK provider.
 
 The provider is built by its plugin factory with a ``base_url`` pointing at
-:mod:`berth.fakes.anthropic_server` on 127.0.0.1, which speaks the Messages streaming format, validates
+:mod:`berth.testing.fakes.anthropic_server` on 127.0.0.1, which speaks the Messages streaming format, validates
 what it receives and computes prompt-cache reads and writes from the ``cache_control`` breakpoints.
 The bundles are the real ``hello`` bundle and the store is SQLite; a thin spy around the provider
 keeps the rendered prompt of every call, so what the server received is compared with what the
@@ -23,12 +23,12 @@ from berth.config.models.assembly import ModelRef
 from berth.config.models.common import SecretSetting
 from berth.config.secrets import Secret
 from berth.default_plugins.models.anthropic import create_anthropic_provider
-from berth.fakes.anthropic_server import FakeAnthropicServer, content_blocks, estimate_tokens
-from berth.fakes.serving import RecordedRequest
 from berth.models.protocol import ModelEvent, ModelProvider, ModelRequest, Usage
 from berth.runtime.blocks import BlockType
 from berth.runtime.persistence import restore_conversation
 from berth.runtime.render import RenderedPrompt
+from berth.testing.fakes.anthropic_server import FakeAnthropicServer, content_blocks, estimate_tokens
+from berth.testing.fakes.serving import RecordedRequest
 
 HELLO = {"hello": {"source": {"entry_point": "hello"}}}
 API_KEY = "sk-ant-e2e-0123456789abcdef"

@@ -20,9 +20,9 @@ from starlette.routing import Route
 from turn_harness import action, complete, turn_harness
 
 from berth.default_plugins.tools.web import berth_tool_packs
-from berth.fakes.serving import LocalServer
 from berth.runtime.blocks import BlockType
 from berth.runtime.persistence import restore_conversation
+from berth.testing.fakes.serving import LocalServer
 
 PAGE_TITLE = "Tide tables of the Wadden Sea"
 PAGE = f"""<!doctype html>

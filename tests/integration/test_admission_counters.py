@@ -12,13 +12,13 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from berth.api.admission import Admission
-from berth.api.metrics import Metrics
 from berth.config.models.gateway import GatewayDescriptor
 from berth.gateway.counters import AdmissionCounters, CountersUnavailableError, MemoryCounters
 from berth.gateway.rate import MICROS_PER_SECOND, RateLimit, admit
 from berth.gateway.redis_counters import RedisCounters
 from berth.testing.redis import test_redis_url
+from berth.turns.admission import Admission
+from berth.turns.metrics import Metrics
 
 KINDS = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
 

@@ -1,6 +1,6 @@
 """Model providers end to end: the real ``anthropic`` SDK and httpx against local fakes of the remote APIs.
 
-The fakes (``berth.fakes``) speak Anthropic's Messages streaming format and the OpenAI-compatible
+The fakes (``berth.testing.fakes``) speak Anthropic's Messages streaming format and the OpenAI-compatible
 chat-completions stream over 127.0.0.1, validate what they receive, and compute prompt-cache reads and
 writes from the ``cache_control`` breakpoints they get. Prompts are rendered from real timelines by the
 real renderer.
@@ -22,8 +22,6 @@ from berth.config.models.secrets import BundlesSecretsDescriptor
 from berth.config.secrets import Secret, SecretResolver
 from berth.default_plugins.models.anthropic import AnthropicProvider, create_anthropic_provider
 from berth.default_plugins.models.openai_compatible import OpenAICompatibleProvider, create_openai_compatible_provider
-from berth.fakes.anthropic_server import FakeAnthropicServer, breakpoint_texts
-from berth.fakes.openai_server import FakeOpenAIServer
 from berth.models import (
     ModelCompleted,
     ModelContextOverflow,
@@ -42,6 +40,8 @@ from berth.runtime.blocks import Block, BlockType
 from berth.runtime.render import RenderedPrompt, TimelineRenderer
 from berth.runtime.sources import SourcesPool
 from berth.runtime.timeline import Timeline
+from berth.testing.fakes.anthropic_server import FakeAnthropicServer, breakpoint_texts
+from berth.testing.fakes.openai_server import FakeOpenAIServer
 
 API_KEY = "sk-ant-test-0123456789abcdef"
 MODEL = "claude-sonnet-5-5"

@@ -13,8 +13,6 @@ from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import ModelRef
 from berth.default_plugins.models.anthropic import DEFAULT_BASE_URL, create_anthropic_provider
 from berth.default_plugins.models.openai_compatible import create_openai_compatible_provider, output_limit_field
-from berth.fakes.anthropic_server import FakeAnthropicServer
-from berth.fakes.openai_server import FakeOpenAIServer
 from berth.host.models import resolve_model_secret
 from berth.models import ModelCompleted, ModelRequest
 from berth.runtime.announce import AnnounceState
@@ -22,6 +20,8 @@ from berth.runtime.blocks import Block, BlockType
 from berth.runtime.render import render_timeline
 from berth.runtime.sources import SourcesPool
 from berth.runtime.timeline import Timeline
+from berth.testing.fakes.anthropic_server import FakeAnthropicServer
+from berth.testing.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
 

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from berth.api.redis_events import RedisTurnEventLog
-from berth.api.sse import HEARTBEAT, TurnEventLog
 from berth.runtime.events import TurnEvent
 from berth.testing.redis import test_redis_url
+from berth.turns.event_log import HEARTBEAT, TurnEventLog
+from berth.turns.redis_events import RedisTurnEventLog
 
 pytestmark = pytest.mark.redis
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from berth.distributed.redis_client import connect_redis
 from berth.host.broadcast import RELOAD_CHANNEL, RedisReloadBus
 from berth.host.reload_acks import ReloadAck, broadcast_reload
 from berth.host.supervised import BackgroundTasks
+from berth.storage.redis_client import connect_redis
 from berth.testing.redis import RedisServer
 
 pytestmark = pytest.mark.redis

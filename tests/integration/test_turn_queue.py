@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from berth.distributed.control import TurnControl, decode_attachments, encode_attachments
-from berth.distributed.queue import GROUP, TurnQueue
 from berth.storage.scope import ConversationScope
 from berth.testing.redis import test_redis_url
+from berth.turns.control import TurnControl, decode_attachments, encode_attachments
+from berth.turns.queue import GROUP, TurnQueue
 
 pytestmark = pytest.mark.redis
 SCOPE = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="c1")

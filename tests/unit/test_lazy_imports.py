@@ -86,9 +86,10 @@ def test_the_model_names_are_one_class_wherever_they_are_imported_from() -> None
 
 
 def test_building_host_services_imports_neither_fastapi_nor_the_mcp_sdk() -> None:
-    """``berth worker`` builds its services with :func:`berth.api.app.build_services` and serves no API."""
+    """``berth worker`` builds its services with :func:`berth.turns.build.build_services` and serves no API."""
     watched = ("fastapi", "mcp", "mcp_types", "berth.api.routes", "berth.api.mcp_server", "jsonschema", "numpy")
-    assert modules_after("import berth.api.app, berth.api.errors, berth.api.readiness", watched) == []
+    code = "import berth.turns.build, berth.turns.readiness, berth.distributed.worker, berth.distributed.health"
+    assert modules_after(code, watched) == []
 
 
 def test_mcp_clients_load_the_sdk_only_with_a_session() -> None:

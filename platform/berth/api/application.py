@@ -17,7 +17,6 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import berth
-from berth.api.app import STATIC
 from berth.api.body_limit import BodyLimitMiddleware
 from berth.api.errors import install_error_handlers
 from berth.api.header_limit import HeaderLimitMiddleware
@@ -26,7 +25,7 @@ from berth.api.mcp_server import McpEndpoint
 from berth.api.routes import admin, bundles, conversations, ops, usage
 from berth.api.safe_paths import SafeStaticFiles
 from berth.api.security_headers import SecurityHeadersMiddleware
-from berth.api.services import HostServices
+from berth.turns.services import HostServices
 
 __all__ = ["LatencyMiddleware", "build_app"]
 
@@ -59,7 +58,7 @@ def build_app(host: HostServices, *, govern_heap: bool = False) -> FastAPI:
     install_error_handlers(app)
     for router in (ops.router, conversations.router, bundles.router, admin.router, usage.router):
         app.include_router(router)
-    app.mount("/static", SafeStaticFiles(directory=STATIC), name="static")
+    app.mount("/static", SafeStaticFiles(directory=ops.STATIC), name="static")
     app.router.routes.append(mcp_endpoint.route())
 
     app.add_middleware(BodyLimitMiddleware, gateway=host.current_gateway)

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import filetype
 
-from berth.api.errors import ApiError
 from berth.config.models.gateway import AntivirusConfig, AttachmentsConfig
 from berth.gateway.antivirus import AntivirusUnavailableError, ClamdScanner
 from berth.runtime.workspace import WorkspaceError, safe_relative_path
+from berth.turns.errors import ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +40,17 @@ def _check_zip(name: str, data: bytes, config: AttachmentsConfig) -> None:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:
-        raise ApiError(415, "attachment_corrupt", f"{name}: not a valid zip-based document") from None
+        raise ServiceError(415, "attachment_corrupt", f"{name}: not a valid zip-based document") from None
     entries = archive.infolist()
     if len(entries) > config.zip.max_entries:
-        raise ApiError(
+        raise ServiceError(
             413, "attachment_zip_entries", f"{name}: {len(entries)} entries (limit {config.zip.max_entries})"
         )
     total = sum(entry.file_size for entry in entries)
     if total > config.zip.max_total_bytes or (data and total / len(data) > config.zip.max_ratio):
-        raise ApiError(413, "attachment_zip_bomb", f"{name}: expands to {total} bytes; refused")
+        raise ServiceError(413, "attachment_zip_bomb", f"{name}: expands to {total} bytes; refused")
     if config.reject_macros and any(entry.filename.lower().endswith("vbaproject.bin") for entry in entries):
-        raise ApiError(415, "attachment_macros", f"{name}: documents with macros are not accepted")
+        raise ServiceError(415, "attachment_macros", f"{name}: documents with macros are not accepted")
 
 
 def check_attachment(name: str, data: bytes, config: AttachmentsConfig) -> tuple[str, str]:
@@ -58,12 +58,14 @@ def check_attachment(name: str, data: bytes, config: AttachmentsConfig) -> tuple
     try:
         safe_name = safe_relative_path(name.replace("/", "_").replace("\\", "_") or "attachment")
     except WorkspaceError:
-        raise ApiError(400, "attachment_name", f"attachment name {name!r} is not usable") from None
+        raise ServiceError(400, "attachment_name", f"attachment name {name!r} is not usable") from None
     if len(data) > config.max_file_bytes:
-        raise ApiError(413, "attachment_too_large", f"{safe_name}: {len(data)} bytes (limit {config.max_file_bytes})")
+        raise ServiceError(
+            413, "attachment_too_large", f"{safe_name}: {len(data)} bytes (limit {config.max_file_bytes})"
+        )
     mime = sniff_mime(data)
     if not any(fnmatch.fnmatchcase(mime, pattern) for pattern in config.allowed_mime):
-        raise ApiError(415, "attachment_type", f"{safe_name}: content is {mime}, which is not accepted")
+        raise ServiceError(415, "attachment_type", f"{safe_name}: content is {mime}, which is not accepted")
     if mime.startswith("application/vnd.openxmlformats-officedocument") or mime == "application/zip":
         _check_zip(safe_name, data, config)
     return safe_name, mime
@@ -81,7 +83,7 @@ async def scan_attachments(files: Sequence[tuple[str, str, bytes]], config: Anti
                 log.warning("attachment %s accepted unscanned (antivirus.on_error: accept): %s", name, outcome)
                 continue
             log.warning("attachment %s refused: it could not be scanned: %s", name, outcome)
-            raise ApiError(
+            raise ServiceError(
                 503,
                 "antivirus_unavailable",
                 "attachments cannot be scanned for viruses right now; nothing was stored, try again later",
@@ -91,7 +93,7 @@ async def scan_attachments(files: Sequence[tuple[str, str, bytes]], config: Anti
             raise outcome
         if outcome.infected:
             log.warning("attachment %s refused: clamd found %s", name, outcome.signature)
-            raise ApiError(
+            raise ServiceError(
                 422,
                 "attachment_infected",
                 f"{name}: {outcome.signature} found; nothing was stored",

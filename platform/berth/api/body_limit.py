@@ -13,8 +13,9 @@ from collections.abc import Callable
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from berth.api.errors import ApiError, error_body
+from berth.api.errors import error_body
 from berth.config.models.gateway import GatewayDescriptor
+from berth.turns.errors import ServiceError
 
 __all__ = ["BodyLimitMiddleware", "tenant_of_path"]
 
@@ -29,9 +30,9 @@ def tenant_of_path(path: str) -> str | None:
     return None
 
 
-def _too_large(size: int, limit: int, *, declared: bool) -> ApiError:
+def _too_large(size: int, limit: int, *, declared: bool) -> ServiceError:
     how = "declares" if declared else "has more than"
-    return ApiError(413, "payload_too_large", f"the request body {how} {size} bytes; the limit is {limit}")
+    return ServiceError(413, "payload_too_large", f"the request body {how} {size} bytes; the limit is {limit}")
 
 
 class BodyLimitMiddleware:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from berth.api.auth import Caller, authenticate, require_admin, require_scope
-from berth.api.services import HostServices
 from berth.storage.scope import ConversationScope
+from berth.turns.callers import Caller, authenticate, require_admin, require_scope
+from berth.turns.services import HostServices
 
 
 def host_services(request: Request) -> HostServices:
@@ -26,7 +26,7 @@ async def services(request: Request) -> HostServices:
 
 def caller(request: Request) -> Caller:
     """The authenticated caller (401 otherwise)."""
-    return authenticate(request, host_services(request).config.descriptors)
+    return authenticate(request.headers, host_services(request).config.descriptors)
 
 
 async def scoped_caller(request: Request, tenant: str, project: str) -> Caller:
@@ -50,7 +50,7 @@ def conversation_scope(who: Caller, tenant: str, project: str, conversation_id: 
     """The storage scope of one of the caller's conversations (ids validated: 404 when malformed)."""
     from pydantic import ValidationError
 
-    from berth.api.errors import not_found
+    from berth.turns.errors import not_found
 
     try:
         return ConversationScope(tenant=tenant, project=project, user_id=who.user_id, conversation_id=conversation_id)

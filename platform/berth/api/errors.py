@@ -1,6 +1,6 @@
 """API errors: one JSON shape, ``{"error": {"code", "message", "details"}}``, never a stack trace.
 
-:class:`ApiError` is raised far from HTTP (admission, the host services a worker runs on too), so FastAPI is
+:class:`ServiceError` is raised far from HTTP (admission, the host services a worker runs on too), so FastAPI is
 imported only by :func:`install_error_handlers`, when an app is built.
 """
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from berth.config.errors import ConfigError
 from berth.config.redaction import redact
+from berth.turns.errors import ServiceError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -62,42 +63,18 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-class ApiError(Exception):
-    """An error answered to the client with ``status`` and a stable ``code``."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details or {}
-        self.headers = headers
-        super().__init__(message)
-
-
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON body of an error."""
     return {"error": {"code": code, "message": redact(message), "details": details or {}}}
 
 
-def not_found(what: str) -> ApiError:
-    """404 that says what was not found (the same for "exists elsewhere" and "does not exist")."""
-    return ApiError(404, "not_found", f"{what} not found")
-
-
-def invalid_request(errors: Sequence[Any]) -> ApiError:
+def invalid_request(errors: Sequence[Any]) -> ServiceError:
     """422 listing each problem of a request that failed validation (pydantic's or FastAPI's errors)."""
     problems = [
         {"field": ".".join(str(p) for p in error["loc"] if p != "body"), "message": error["msg"]} for error in errors
     ]
     message = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems)
-    return ApiError(422, "invalid_request", message, {"problems": problems})
+    return ServiceError(422, "invalid_request", message, {"problems": problems})
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -106,8 +83,8 @@ def install_error_handlers(app: FastAPI) -> None:
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+    @app.exception_handler(ServiceError)
+    async def api_error(request: Request, exc: ServiceError) -> JSONResponse:
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)

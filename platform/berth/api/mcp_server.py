@@ -32,9 +32,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 import berth
-from berth.api.auth import Caller, authenticate
-from berth.api.errors import ApiError, error_body, not_found
-from berth.api.services import HostServices
+from berth.api.errors import error_body
 from berth.bundle.context import BundleContext
 from berth.config import ConfigError
 from berth.host.generation import BundleGeneration
@@ -44,6 +42,9 @@ from berth.tools.packs import ToolPackFactory
 from berth.tools.results import ToolOutput
 from berth.tools.scoped import tools_in_scope
 from berth.tools.spec import ToolSpec
+from berth.turns.callers import Caller, authenticate
+from berth.turns.errors import ServiceError, not_found
+from berth.turns.services import HostServices
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -259,7 +260,7 @@ class McpEndpoint:
         try:
             target = self._target(request)
             await self.services.admission.check_request(target.tenant)
-        except ApiError as exc:
+        except ServiceError as exc:
             response = JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=exc.headers)
             await response(scope, receive, send)
             return
@@ -286,7 +287,7 @@ class McpEndpoint:
         params = request.path_params
         tenant, project, bundle_id = str(params["tenant"]), str(params["project"]), str(params["bundle"])
         descriptors = self.services.config.descriptors
-        caller = authenticate(request, descriptors)
+        caller = authenticate(request.headers, descriptors)
         if not descriptors.assembly.has_scope(tenant, project) or not caller.may_use(tenant, project):
             raise not_found(f"project {tenant}/{project}")
         if bundle_id not in descriptors.visible_bundles(tenant, project):

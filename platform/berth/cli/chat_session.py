@@ -17,9 +17,9 @@ import click
 import httpx
 
 if TYPE_CHECKING:
-    from berth.api.services import HostServices
     from berth.runtime.live import LiveKind
     from berth.storage.scope import ConversationScope
+    from berth.turns.services import HostServices
 
 __all__ = [
     "ChatBackend",
@@ -203,26 +203,26 @@ class InProcessChat:
 
     async def start(self, text: str) -> Lines | None:
         """Start a turn on the host."""
-        from berth.api.errors import ApiError
+        from berth.turns.errors import ServiceError
 
         try:
             running = await self._services.start_turn(self._scope, self._bundle_id, text)
-        except ApiError as refused:
+        except ServiceError as refused:
             click.secho(f"refused: {refused.message} ({refused.code})", fg="red", err=True)
             return None
         return self._lines(running.turn_id)
 
     async def send(self, kind: LiveKind, text: str) -> Lines | None:
         """Deliver the event to the current turn (or start the next one)."""
-        from berth.api.errors import ApiError
         from berth.runtime.live import LiveEvent
+        from berth.turns.errors import ServiceError
 
         assert self._turn_id is not None
         try:
             delivery = await self._services.deliver_live_event(
                 self._scope, self._turn_id, LiveEvent(kind, text), bundle_id=self._bundle_id
             )
-        except ApiError as refused:
+        except ServiceError as refused:
             click.secho(f"refused: {refused.message} ({refused.code})", fg="red", err=True)
             return None
         return self._lines(delivery.turn_id) if delivery.started_turn else None

@@ -18,9 +18,9 @@ import click
 from berth.cli.bundles import DESCRIPTORS_OPTION
 
 if TYPE_CHECKING:
-    from berth.api.services import HostServices
     from berth.cli.chat_session import ChatBackend
     from berth.config import Configuration
+    from berth.turns.services import HostServices
 
 
 def demo_overrides(config: Configuration) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def demo_overrides(config: Configuration) -> dict[str, Any]:
 def check_model_credentials(config: Configuration) -> None:
     """Refuse to start when the default model needs a key that is missing, saying how to fix it."""
     from berth.config import ConfigError
-    from berth.default_plugins.models.anthropic_plugin import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
+    from berth.default_plugins.models.anthropic_names import DEFAULT_SECRET_NAME, SDK_KEY_VARIABLE
     from berth.host.models import resolve_model_secret
     from berth.models.protocol import resolve_api_key
 
@@ -77,12 +77,13 @@ def run(
     """Serve the HTTP API and the web UI (with distributed storage: the API only; `berth worker` runs turns)."""
     import uvicorn
 
-    from berth.api.app import build_services, create_app
+    from berth.api.app import create_app
     from berth.config import ConfigError
     from berth.config.environment import host_environment
     from berth.config.models.gateway import is_loopback_host
     from berth.execution.profiles import warn_unisolated
     from berth.logs import configure_logging
+    from berth.turns.build import build_services
 
     configure_logging(host_environment().log_level)
     services = build_services(descriptors, var_root=var_root, watch=watch)
@@ -123,8 +124,8 @@ def run(
 
 def report_services(config: Configuration) -> None:
     """Print whether each service of a distributed assembly answers; exit 1 when one does not."""
-    from berth.distributed.probes import probe_services
     from berth.host.plugins import PlatformPlugins
+    from berth.turns.probes import probe_services
 
     if config.settings_for().storage.kind != "distributed":
         click.echo("storage is embedded: SQLite and files under the storage root, nothing to reach")
@@ -187,10 +188,10 @@ async def _chat_over_http(
 async def _chat_in_process(
     services: HostServices, tenant: str, project: str, bundle: str | None, message: tuple[str, ...]
 ) -> None:
-    from berth.api.services import new_id
     from berth.cli.chat_session import InProcessChat
     from berth.storage.meta import ConversationMeta
     from berth.storage.scope import ConversationScope
+    from berth.turns.running import new_id
 
     await services.start()
     try:
@@ -232,8 +233,8 @@ def chat(
     from berth.config.environment import host_environment
 
     if in_process:
-        from berth.api.app import build_services
         from berth.config import ConfigError
+        from berth.turns.build import build_services
 
         services = build_services(descriptors)
         config = services.initial_config

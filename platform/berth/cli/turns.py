@@ -32,15 +32,15 @@ def turns_group() -> None:
 
 @asynccontextmanager
 async def _turn_admin(descriptors: Path | None) -> AsyncIterator[Any]:
-    """A :class:`~berth.distributed.turn_admin.TurnAdmin` over the descriptors' distributed storage."""
+    """A :class:`~berth.turns.admin.TurnAdmin` over the descriptors' distributed storage."""
     from berth.cli.descriptors import load_configuration
     from berth.config.errors import ConfigError
     from berth.config.models.assembly import DistributedStorage
-    from berth.distributed.connections import distributed_backend
-    from berth.distributed.queue import TurnQueue
-    from berth.distributed.redis_client import connect_redis
-    from berth.distributed.turn_admin import TurnAdmin
+    from berth.host.connections import distributed_backend
     from berth.host.plugins import PlatformPlugins
+    from berth.storage.redis_client import connect_redis
+    from berth.turns.admin import TurnAdmin
+    from berth.turns.queue import TurnQueue
 
     config = load_configuration(descriptors)
     if not isinstance(config.settings_for().storage, DistributedStorage):
@@ -76,7 +76,7 @@ def list_turns(
     descriptors: Path | None, stuck: bool, stuck_after_s: float, tenant: str | None, output_format: str
 ) -> None:
     """The unfinished turns, oldest first: state, age, attempts, whether a live worker owns it, its last error."""
-    from berth.distributed.turn_admin import turn_row
+    from berth.turns.admin import turn_row
 
     turns = _run(
         descriptors, lambda admin: admin.unfinished(stuck_after_s=stuck_after_s if stuck else None, tenant=tenant)
@@ -112,7 +112,7 @@ def list_turns(
 @click.option("--reason", default="ended by an operator", show_default=True, help="told to the turn's clients")
 def end_turn(descriptors: Path | None, turn_id: str, reason: str) -> None:
     """Store an unfinished turn failed (code ended_by_operator), whoever runs it; its stream ends so."""
-    from berth.distributed.turn_admin import TurnNotUnfinishedError
+    from berth.turns.admin import TurnNotUnfinishedError
 
     try:
         turn = _run(descriptors, lambda admin: admin.end(turn_id, reason=reason))
@@ -127,7 +127,7 @@ def end_turn(descriptors: Path | None, turn_id: str, reason: str) -> None:
 @click.argument("turn_id")
 def retry_turn(descriptors: Path | None, turn_id: str) -> None:
     """Queue an unfinished turn that no live worker runs again, its attempts reset."""
-    from berth.distributed.turn_admin import TurnNotUnfinishedError, TurnRunningError
+    from berth.turns.admin import TurnNotUnfinishedError, TurnRunningError
 
     try:
         turn = _run(descriptors, lambda admin: admin.retry(turn_id))

@@ -15,21 +15,20 @@ from typing import Any
 import click
 import httpx
 
-from berth.api.routes.usage import report_out
-from berth.api.schemas import UsageReportOut, UsageRow
 from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.cli.descriptors import load_configuration
 from berth.cli.table import print_table
 from berth.config.environment import host_environment
 from berth.config.models.assembly import EmbeddedStorage
 from berth.default_plugins.storage.sqlite_meta import DATABASE_FILE, SqliteMetaStore
-from berth.distributed.connections import distributed_backend
+from berth.host.connections import distributed_backend
 from berth.host.plugins import PlatformPlugins
 from berth.runtime.blocks import format_utc
 from berth.storage.meta import MetaStore
 from berth.storage.usage import UsageGrouping
 from berth.usage import UsageQueryError, usage_report
 from berth.usage.report import current_month
+from berth.usage.report_body import UsageReportOut, UsageRow, report_out
 
 
 class IsoTime(click.ParamType[datetime, Any]):

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import click
 
-from berth.api.app import build_services
 from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.cli.serve import check_model_credentials, demo_overrides
 from berth.config.environment import host_environment
@@ -18,6 +17,7 @@ from berth.distributed.health import WorkerHealthServer
 from berth.distributed.worker import TurnWorker, WorkerSettings
 from berth.host.runtime import HostRuntime
 from berth.logs import configure_logging
+from berth.turns.build import build_services
 
 
 @click.command("worker")

@@ -1,8 +1,12 @@
-"""Distributed mode (SPEC §8): API processes and turn workers sharing PostgreSQL, Redis and an artifact store.
+"""Distributed mode's own processes (SPEC §8): turn workers sharing PostgreSQL, Redis and an artifact store with the
+API processes.
 
-* :mod:`berth.distributed.connections` — the resolved connection settings of ``platform.storage`` (secrets
-  revealed once, masked in every log and error);
-* :mod:`berth.distributed.queue` — the turn queue: a Redis stream read by a consumer group;
-* :mod:`berth.distributed.control` — live events and cancels sent from an API process to the turn's worker;
-* :mod:`berth.distributed.worker` — ``berth worker``: claims queued turns and runs them.
+* :mod:`berth.distributed.worker` — ``berth worker``: claims queued turns and runs them;
+* :mod:`berth.distributed.execution` — one claimed turn, run to its end (or given back to the queue);
+* :mod:`berth.distributed.health` — a worker's health port (``/healthz``, ``/readyz``, ``/metrics``).
+
+What API processes and workers share — the turn queue (:mod:`berth.turns.queue`), the control channel
+(:mod:`berth.turns.control`), the Redis event logs (:mod:`berth.turns.redis_events`) and the operators' turn tools
+(:mod:`berth.turns.admin`) — belongs to the turn service, which both sides call; the resolved connection settings are
+:mod:`berth.host.connections`.
 """

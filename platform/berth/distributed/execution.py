@@ -1,7 +1,7 @@
 """Running queued turns in a ``berth worker``: claim, run (or resume), report, answer control messages.
 
 :class:`QueuedTurnRunner` is the worker half of a distributed deployment's turn (the API half is in
-:class:`~berth.api.services.HostServices`): it claims the turn in the store, runs it with the same runtime as
+:class:`~berth.turns.services.HostServices`): it claims the turn in the store, runs it with the same runtime as
 embedded mode, writes its events to Redis and serves the follow-ups, steers and cancels API processes send it.
 """
 
@@ -13,12 +13,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
-from berth.api.redis_events import RedisTurnEventLog, epoch_floor
-from berth.api.services import HostServices, RunningTurn, live_event_data
 from berth.config.models.assembly import DistributedStorage
-from berth.distributed.control import decode_attachments
-from berth.distributed.queue import QueueEntry
-from berth.distributed.requests import TurnRequest
 from berth.logs import bound
 from berth.runtime.events import TurnEvent
 from berth.runtime.live import LiveEvent, LiveInboxClosedError
@@ -26,6 +21,12 @@ from berth.runtime.loop import TurnInput
 from berth.storage.claims import ParkedTurn
 from berth.storage.conversations import StorageError, TurnLog
 from berth.storage.scope import ConversationScope
+from berth.turns.control import decode_attachments
+from berth.turns.queue import QueueEntry
+from berth.turns.redis_events import RedisTurnEventLog, epoch_floor
+from berth.turns.requests import TurnRequest
+from berth.turns.running import RunningTurn, live_event_data
+from berth.turns.services import HostServices
 
 __all__ = ["QueuedTurnRunner"]
 

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from berth.api.errors import ApiError
-from berth.api.readiness import metrics_exposition, readiness
+from berth.turns.errors import ServiceError
+from berth.turns.readiness import METRICS_MEDIA_TYPE, metrics_exposition, readiness
 
 if TYPE_CHECKING:
     from berth.distributed.worker import TurnWorker
@@ -56,8 +56,8 @@ def health_app(worker: TurnWorker) -> Starlette:
         except Exception:  # Redis away: the gauges keep their last values
             log.warning("could not read the turn queue for the metrics", exc_info=True)
         try:
-            return await metrics_exposition(request, host)
-        except ApiError as error:
+            return Response(await metrics_exposition(request.headers, host), media_type=METRICS_MEDIA_TYPE)
+        except ServiceError as error:
             return JSONResponse({"error": {"code": error.code, "message": error.message}}, error.status)
 
     routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]

@@ -3,7 +3,7 @@
 A worker runs up to :attr:`TurnWorker.capacity` turns at once (``--concurrency``, capped by ``gateway.yaml``'s
 ``backpressure.max_inflight_turns_per_worker``). Three loops share its event loop:
 
-* **consume** — whenever it has a free slot, takes turns from the queue (:meth:`~berth.distributed.queue.TurnQueue.
+* **consume** — whenever it has a free slot, takes turns from the queue (:meth:`~berth.turns.queue.TurnQueue.
   take`), never more than its free slots: first the entries of a worker that stopped renewing them (idle longer
   than the lease: taken over before any new turn), then waiting turns in per-tenant fair order; with nothing to
   take it waits for a new turn, checking for stalled entries every quarter lease. Each turn runs in a task
@@ -33,9 +33,9 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from berth.api.services import HostServices
 from berth.distributed.execution import QueuedTurnRunner
-from berth.distributed.queue import QueueEntry
+from berth.turns.queue import QueueEntry
+from berth.turns.services import HostServices
 
 __all__ = ["TurnWorker", "WorkerSettings"]
 

@@ -5,5 +5,5 @@
 * :mod:`berth.gateway.redis_counters` — the same counters in Redis, shared by every worker (Lua scripts);
 * :mod:`berth.gateway.slots` — this worker's turn slots and the queue in front of them (backpressure).
 
-The API applies them (:mod:`berth.api.admission`); nothing here knows about HTTP.
+The API applies them (:mod:`berth.turns.admission`); nothing here knows about HTTP.
 """

@@ -20,9 +20,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from berth.config import ConfigError, Configuration, find_descriptors_dir
-from berth.distributed.connections import DistributedConnections
-from berth.distributed.redis_client import connect_redis
 from berth.host.broadcast import LocalReloadBus, RedisReloadBus, RedisWorkerReporter, ReloadBus
+from berth.host.connections import DistributedConnections
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry, ReloadOutcome
 from berth.host.reload_acks import ReloadAck
@@ -30,6 +29,7 @@ from berth.host.supervised import BackgroundTasks
 from berth.host.watcher import BundleWatcher, DescriptorWatcher
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.store import SpaceStoreFactory
+from berth.storage.redis_client import connect_redis
 
 log = logging.getLogger(__name__)
 

@@ -226,7 +226,7 @@ class SpaceStoreFactory(Protocol):
 
 class KnowledgeStoresFactory(Protocol):
     """What ``berth_knowledge_stores()`` maps a storage kind to: builds the space stores of a deployment from its
-    resolved connections (for ``distributed``: :class:`~berth.distributed.connections.DistributedConnections`)."""
+    resolved connections (for ``distributed``: :class:`~berth.host.connections.DistributedConnections`)."""
 
     def __call__(self, connections: Any, /) -> SpaceStoreFactory:
         """The space-store factory (it may hold a pool: an ``aclose()`` it has is called at shutdown)."""

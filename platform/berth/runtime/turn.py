@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from berth.bundle.skills import Skill
 from berth.config.models.assembly import ModelRef
@@ -23,7 +23,15 @@ from berth.storage.scope import ConversationScope
 
 if TYPE_CHECKING:
     from berth.knowledge.space import SpaceIndex
-    from berth.runtime.toolbox import ToolBox
+
+
+class WideningTools(Protocol):
+    """What a running tool may ask of its turn's tools (:class:`~berth.runtime.toolbox.ToolBox` is the one the loop
+    sets): admitting withheld tools for the rest of the turn."""
+
+    def widen(self, patterns: Sequence[str]) -> list[Any]:
+        """Admit the withheld tools matching ``patterns``; return those newly added."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ class TurnState:
     pending_blocks: list[Block] = field(default_factory=list)
     model: ModelRef | None = None
     """The turn's model (what it reads besides text: ``react.read`` shows it an image again if it reads images)."""
-    toolbox: ToolBox | None = None
+    toolbox: WideningTools | None = None
     """The turn's tools (a skill that is read may widen them for the rest of the turn)."""
     media_shelf: dict[str, bytes] = field(default_factory=dict)
     """The renderer's shelf of image and PDF bytes by ``fi:`` path (:mod:`berth.runtime.media`)."""

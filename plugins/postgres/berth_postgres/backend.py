@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from berth.config.errors import ConfigError
-from berth.distributed.connections import DistributedConnections
+from berth.host.connections import DistributedConnections
 from berth_postgres.conversations import PostgresConversationStore
 from berth_postgres.memory import PostgresMemoryIndex
 from berth_postgres.meta import PostgresMetaStore

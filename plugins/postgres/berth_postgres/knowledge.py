@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from berth.distributed.connections import DistributedConnections
+    from berth.host.connections import DistributedConnections
 
 __all__ = ["REQUIRED_MIGRATION", "PostgresKnowledgeStores", "PostgresSpaceStore", "create_knowledge_stores"]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from berth.hooks import hookimpl
 
 if TYPE_CHECKING:
-    from berth.distributed.connections import DistributedConnections
+    from berth.host.connections import DistributedConnections
     from berth.knowledge.store import KnowledgeStoresFactory
     from berth.storage.backend import StorageBackendFactory, StorageMigrator
     from berth_postgres.backend import PostgresStorageBackend

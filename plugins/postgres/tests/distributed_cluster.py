@@ -38,11 +38,12 @@ import yaml
 from berth_postgres.conversations import PostgresConversationStore
 from berth_postgres.testing import SERVER, PostgresProxy, async_scratch_database
 
-from berth.api import build_services, create_app
+from berth.api import create_app
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.persistence import block_from_record
 from berth.storage.scope import ConversationScope
 from berth.testing.redis import RedisServer, free_port
+from berth.turns.build import build_services
 
 BERTH = str(Path(sys.executable).parent / "berth")
 HERE = Path(__file__).resolve().parent

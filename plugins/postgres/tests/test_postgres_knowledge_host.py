@@ -14,7 +14,7 @@ from berth_postgres.knowledge import PostgresKnowledgeStores
 from pg_fixtures import migrated_database
 
 from berth.config.models.assembly import LocalArtifacts
-from berth.distributed.connections import DistributedConnections
+from berth.host.connections import DistributedConnections
 from berth.host.plugins import PlatformPlugins
 from berth.host.runtime import HostRuntime
 from berth.testing import write_descriptors

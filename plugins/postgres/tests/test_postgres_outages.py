@@ -27,7 +27,7 @@ from storage_builders import T0, final, head, tool_round
 
 from berth.config import Configuration
 from berth.config.models.assembly import PostgresConfig
-from berth.distributed.connections import DistributedConnections
+from berth.host.connections import DistributedConnections
 from berth.runtime.persistence import TurnRecorder, restore_conversation
 from berth.runtime.timeline import Timeline
 from berth.storage.conversations import ConversationStore, StorageError

@@ -23,9 +23,9 @@ import yaml
 from berth_postgres.testing import async_scratch_database
 from distributed_cluster import ANSWER, Cluster, ClusterRedis, _call, in_process_api, write_descriptors
 
-from berth.distributed.queue import TurnQueue
 from berth.storage.scope import ConversationScope
 from berth.testing.redis import free_port
+from berth.turns.queue import TurnQueue
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -16,11 +16,12 @@ import httpx
 import uvicorn
 import yaml
 
-from berth.api import build_services, create_app
-from berth.api.services import HostServices
+from berth.api import create_app
 from berth.default_plugins.models.scripted import ScriptedProvider
 from berth.distributed.worker import TurnWorker, WorkerSettings
 from berth.testing.storage import current_storage_kind, distributed_storage
+from berth.turns.build import build_services
+from berth.turns.services import HostServices
 
 KEYS = {"acme": "acme-key-0001", "globex": "globex-key-0002", "admin": "admin-key-0003"}
 

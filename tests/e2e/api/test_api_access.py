@@ -13,8 +13,8 @@ import yaml
 from api_stack import ApiStack, api_stack, write_script, write_stack_descriptors
 from openapi_spec_validator import validate
 
-from berth.api.app import build_services
 from berth.config import ConfigError
+from berth.turns.build import build_services
 
 pytestmark = pytest.mark.usefixtures("storage_kind")
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from api_stack import ApiStack, api_stack
 
-from berth.fakes.anthropic_server import FakeAnthropicServer
-from berth.fakes.openai_server import FakeOpenAIServer
 from berth.testing.documents import pdf_bytes, png_bytes
+from berth.testing.fakes.anthropic_server import FakeAnthropicServer
+from berth.testing.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
 

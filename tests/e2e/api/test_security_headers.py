@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from api_stack import api_stack
 
-from berth.api.app import STATIC
+from berth.api.routes.ops import STATIC
 from berth.api.security_headers import UI_POLICY, WIDGET_POLICY
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")

@@ -11,8 +11,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from berth.api.sse import HEARTBEAT, TurnEventLog, encode_frame, parse_last_event_id
+from berth.api.sse import parse_last_event_id
 from berth.runtime.events import TurnEvent
+from berth.turns.event_log import HEARTBEAT, TurnEventLog, encode_frame
 
 
 def delta(text: str) -> TurnEvent:

@@ -8,11 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query
 
-from berth.api.auth import Caller
 from berth.api.deps import admin_caller, services
-from berth.api.errors import ADMIN_ERRORS, ApiError, error_responses, not_found
-from berth.api.services import HostServices
+from berth.api.errors import ADMIN_ERRORS, error_responses
 from berth.host.broadcast import read_worker_reports, report_of
+from berth.turns.callers import Caller
+from berth.turns.errors import ServiceError, not_found
+from berth.turns.services import HostServices
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ADMIN_ERRORS)
 Services = Annotated[HostServices, Depends(services)]
@@ -80,11 +81,11 @@ async def admin_workers(who: Admin, host: Services) -> dict[str, Any]:
 
 def _turn_admin(host: HostServices) -> Any:
     """The turn operations of a distributed deployment (409 ``not_distributed`` in embedded mode)."""
-    from berth.distributed.turn_admin import TurnAdmin
+    from berth.turns.admin import TurnAdmin
 
     parts = host.distributed
     if parts is None:
-        raise ApiError(
+        raise ServiceError(
             409, "not_distributed", "turns are run and ended by the process that accepts them in embedded mode"
         )
     return TurnAdmin(parts.claims, parts.queue, parts.redis)
@@ -103,7 +104,7 @@ async def admin_turns(
 ) -> dict[str, Any]:
     """The unfinished turns (of the key's tenant), oldest first: state, age, attempts, whether a live worker owns
     each, its last error; ``stuck_after_s`` keeps those nobody runs that waited longer than that."""
-    from berth.distributed.turn_admin import turn_row
+    from berth.turns.admin import turn_row
 
     turns = await _turn_admin(host).unfinished(stuck_after_s=stuck_after_s, tenant=_key_tenant(who))
     now = datetime.now(UTC)
@@ -118,7 +119,7 @@ async def admin_end_turn(
     reason: Annotated[str, Body(embed=True, min_length=1, max_length=500)] = "ended by an operator",
 ) -> dict[str, Any]:
     """Store an unfinished turn ``failed`` (code ``ended_by_operator``) whoever runs it, and end its stream so."""
-    from berth.distributed.turn_admin import TurnNotUnfinishedError
+    from berth.turns.admin import TurnNotUnfinishedError
 
     try:
         turn = await _turn_admin(host).end(turn_id, reason=reason, tenant=_key_tenant(who))
@@ -131,12 +132,12 @@ async def admin_end_turn(
 async def admin_retry_turn(turn_id: str, who: Admin, host: Services) -> dict[str, Any]:
     """Queue an unfinished turn no live worker runs again, its attempts reset (409 ``turn_running`` when one
     does)."""
-    from berth.distributed.turn_admin import TurnNotUnfinishedError, TurnRunningError
+    from berth.turns.admin import TurnNotUnfinishedError, TurnRunningError
 
     try:
         turn = await _turn_admin(host).retry(turn_id, tenant=_key_tenant(who))
     except TurnNotUnfinishedError as error:
         raise not_found(f"unfinished turn {turn_id}") from error
     except TurnRunningError as error:
-        raise ApiError(409, "turn_running", str(error)) from error
+        raise ServiceError(409, "turn_running", str(error)) from error
     return {"turn_id": turn.turn_id, "queued": True}

@@ -10,13 +10,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
-from berth.api.auth import Caller
 from berth.api.deps import caller, scoped_caller, services
-from berth.api.errors import SCOPED_ERRORS, not_found
+from berth.api.errors import SCOPED_ERRORS
 from berth.api.safe_paths import file_under
 from berth.api.schemas import BundleOut, WidgetOut
-from berth.api.services import HostServices
 from berth.host.generation import BundleGeneration
+from berth.turns.callers import Caller
+from berth.turns.errors import not_found
+from berth.turns.services import HostServices
 
 router = APIRouter(tags=["bundles"], responses=SCOPED_ERRORS)
 Services = Annotated[HostServices, Depends(services)]

@@ -12,9 +12,8 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from berth.api.attachments import check_attachment, scan_attachments
-from berth.api.auth import Caller
 from berth.api.deps import conversation_scope, scoped_caller, services
-from berth.api.errors import SCOPED_ERRORS, ApiError, invalid_request, not_found
+from berth.api.errors import SCOPED_ERRORS, invalid_request
 from berth.api.schemas import (
     Citation,
     ConversationDetail,
@@ -31,7 +30,6 @@ from berth.api.schemas import (
     TurnOut,
     TurnStarted,
 )
-from berth.api.services import HostServices, events_url, new_id
 from berth.api.sse import parse_last_event_id
 from berth.runtime.blocks import BlockType
 from berth.runtime.live import LiveEvent
@@ -42,6 +40,10 @@ from berth.storage.conversations import StorageError
 from berth.storage.meta import ConversationMeta, Feedback
 from berth.storage.scope import OwnerScope
 from berth.streaming import cited_sids, render_citations
+from berth.turns.callers import Caller
+from berth.turns.errors import ServiceError, not_found
+from berth.turns.running import events_url, new_id
+from berth.turns.services import HostServices
 
 router = APIRouter(prefix="/v1/{tenant}/{project}", tags=["conversations"], responses=SCOPED_ERRORS)
 Services = Annotated[HostServices, Depends(services)]
@@ -74,7 +76,7 @@ def _bundle_for(host: HostServices, tenant: str, project: str, requested: str | 
     visible = host.config.descriptors.scope_bundles(tenant, project)
     bundle = requested or fallback or visible.default_bundle or (visible.bundles[0] if visible.bundles else None)
     if bundle is None or bundle not in visible.bundles:
-        raise ApiError(404, "bundle_not_found", f"bundle {bundle!r} is not available in {tenant}/{project}")
+        raise ServiceError(404, "bundle_not_found", f"bundle {bundle!r} is not available in {tenant}/{project}")
     return bundle
 
 
@@ -201,7 +203,7 @@ async def _body_with_files(request: Request, host: HostServices, model: type[Bod
             data = await upload.read()
             total += len(data)
             if total > limits.attachments.max_message_bytes:
-                raise ApiError(
+                raise ServiceError(
                     413, "attachments_too_large", f"attachments exceed {limits.attachments.max_message_bytes} bytes"
                 )
             name, mime = check_attachment(upload.filename or "attachment", data, limits.attachments)
@@ -213,7 +215,7 @@ async def _body_with_files(request: Request, host: HostServices, model: type[Bod
         except ValidationError as exc:
             raise invalid_request(exc.errors()) from None
     if not content_type.startswith("application/json"):
-        raise ApiError(415, "unsupported_media_type", "send application/json, or multipart/form-data with files")
+        raise ServiceError(415, "unsupported_media_type", "send application/json, or multipart/form-data with files")
     body = await request.body()
     try:
         return model.model_validate_json(body), ()
@@ -271,7 +273,7 @@ async def start_turn(
     if body.turn_id is not None:
         snapshot = await host.store.conversation(meta.scope).load()
         if any(turn.turn_id == body.turn_id for turn in snapshot.turns):
-            raise ApiError(409, "turn_exists", f"turn id {body.turn_id} is already used in this conversation")
+            raise ServiceError(409, "turn_exists", f"turn id {body.turn_id} is already used in this conversation")
     running = await host.start_turn(
         meta.scope, bundle, body.message, turn_id=body.turn_id, attachments=attachments, user_timezone=body.timezone
     )
@@ -376,7 +378,7 @@ async def feedback_report(
 ) -> FeedbackReport:
     """Turns with feedback in ``[from, to)`` and the satisfaction rate (ok / (ok + not_ok))."""
     if not who.is_admin and who.tenant == "*":
-        raise ApiError(403, "forbidden", "feedback reports need a tenant key or the admin role")
+        raise ServiceError(403, "forbidden", "feedback reports need a tenant key or the admin role")
     assert host.meta is not None
     rows = await host.meta.feedback_between(tenant, project, start, end)
     rows = [r for r in rows if who.is_admin or r.scope.user_id == who.user_id]
@@ -405,9 +407,11 @@ async def conversation_file(
     try:
         parsed = parse_path(path, conversation_id=conversation_id)
     except LogicalPathError as exc:
-        raise ApiError(400, exc.code, str(exc)) from None
+        raise ServiceError(400, exc.code, str(exc)) from None
     if not isinstance(parsed, FilePath) or parsed.area not in ("outputs", "attachments") or not parsed.rel:
-        raise ApiError(404, "not_found", "only fi:<turn>.outputs/… and fi:<turn>.attachments/… files can be downloaded")
+        raise ServiceError(
+            404, "not_found", "only fi:<turn>.outputs/… and fi:<turn>.attachments/… files can be downloaded"
+        )
     name = parsed.rel.rsplit("/", 1)[-1]
     mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
     try:

@@ -10,9 +10,9 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from berth.api.deps import services
 from berth.api.errors import error_responses
-from berth.api.readiness import metrics_exposition, readiness
 from berth.api.schemas import Readiness
-from berth.api.services import HostServices
+from berth.turns.readiness import METRICS_MEDIA_TYPE, metrics_exposition, readiness
+from berth.turns.services import HostServices
 
 router = APIRouter(tags=["ops"])
 Services = Annotated[HostServices, Depends(services)]
@@ -47,7 +47,7 @@ async def readyz(host: Services) -> JSONResponse:
 async def metrics(request: Request, host: Services) -> Response:
     """Prometheus text format. It names every tenant, so by default only an admin key reads it
     (``platform.metrics.access`` of ``assembly.yaml``: ``admin`` or ``open``)."""
-    return await metrics_exposition(request, host)
+    return Response(await metrics_exposition(request.headers, host), media_type=METRICS_MEDIA_TYPE)
 
 
 @router.get("/", include_in_schema=False)

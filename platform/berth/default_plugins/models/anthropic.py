@@ -46,7 +46,7 @@ from anthropic.types import (
 from berth.config.environment import sdk_variable
 from berth.config.models.assembly import ModelRef
 from berth.config.secrets import Secret
-from berth.default_plugins.models.anthropic_plugin import (
+from berth.default_plugins.models.anthropic_names import (
     DEFAULT_BASE_URL,
     DEFAULT_SECRET_NAME,
     PROVIDER_NAME,

@@ -7,32 +7,16 @@ and most never call Anthropic (a worker on another provider, ``berth descriptors
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
+from berth.default_plugins.models.anthropic_names import PROVIDER_NAME
 from berth.hooks import hookimpl
 
 if TYPE_CHECKING:
     from berth.config.models.assembly import ModelRef
     from berth.models.protocol import ModelProvider, ModelProviderFactory, SecretLookup
 
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_SECRET_NAME",
-    "PROVIDER_NAME",
-    "SDK_BASE_URL_VARIABLE",
-    "SDK_KEY_VARIABLE",
-    "berth_model_providers",
-    "create_provider",
-]
-
-PROVIDER_NAME: Final = "anthropic"
-DEFAULT_SECRET_NAME: Final = "anthropic_api_key"
-"""The platform secret read when a model reference names no ``api_key``."""
-DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
-SDK_KEY_VARIABLE: Final = "ANTHROPIC_API_KEY"
-"""Read as the SDK would when neither the model nor ``secrets.yaml`` names a key."""
-SDK_BASE_URL_VARIABLE: Final = "ANTHROPIC_BASE_URL"
-"""Read as the SDK would when the model names no ``base_url``."""
+__all__ = ["berth_model_providers", "create_provider"]
 
 
 def create_provider(model_ref: ModelRef, secrets: SecretLookup) -> ModelProvider:

@@ -1,6 +1,6 @@
 """A turn's event buffer in a Redis stream: any worker can serve a stream or its resume (SPEC §5.2).
 
-The worker running the turn appends each event's frame, encoded once as in :mod:`berth.api.sse`, to the
+The worker running the turn appends each event's frame, encoded once as in :mod:`berth.turns.event_log`, to the
 stream ``<prefix><turn_id>`` under the entry id ``<seq>-0``, so the SSE id ``<turn_id>:<seq>`` *is* the
 stream position: resuming after ``Last-Event-ID: <turn_id>:<n>`` is ``XREAD`` from ``n-0``, with no loss
 and no duplicate whichever worker the client reconnects to. Closing adds an end marker (entry
@@ -23,9 +23,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from berth.api.sse import HEARTBEAT, encode_frame
-from berth.distributed.redis_client import let_finish
 from berth.runtime.events import TurnEvent
+from berth.storage.redis_client import let_finish
+from berth.turns.event_log import HEARTBEAT, encode_frame
 
 __all__ = ["EPOCH_SEQS", "EVENTS_TTL_S", "RedisTurnEventLog", "epoch_floor", "last_position"]
 
@@ -63,7 +63,7 @@ def _holds_end(entries: Any) -> bool:
 
 
 class RedisTurnEventLog:
-    """The events of one turn in a Redis stream; the same interface as :class:`berth.api.sse.TurnEventLog`.
+    """The events of one turn in a Redis stream; the same interface as :class:`berth.turns.event_log.TurnEventLog`.
 
     The writer (the worker running the turn) knows :attr:`count` and :attr:`closed`; a reader elsewhere
     makes its own instance for the turn and only calls :meth:`frames`.

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from berth.distributed.redis_client import let_finish
+from berth.storage.redis_client import let_finish
 
 __all__ = ["REPLY_WAIT_S", "ControlHandler", "TurnControl", "decode_attachments", "encode_attachments"]
 

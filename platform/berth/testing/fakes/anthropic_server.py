@@ -42,8 +42,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from berth.fakes.media import PDF_MAX_BYTES, decode_base64, image_problem, image_tokens, pdf_tokens
-from berth.fakes.serving import RecordedRequest, ScriptedServer
+from berth.testing.fakes.media import PDF_MAX_BYTES, decode_base64, image_problem, image_tokens, pdf_tokens
+from berth.testing.fakes.serving import RecordedRequest, ScriptedServer
 
 __all__ = [
     "CACHE_LOOKBACK_BLOCKS",

@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from berth.fakes.media import decode_base64, image_problem, pdf_tokens
-from berth.fakes.serving import ScriptedServer
+from berth.testing.fakes.media import decode_base64, image_problem, pdf_tokens
+from berth.testing.fakes.serving import ScriptedServer
 
 __all__ = ["ChatError", "ChatStreamError", "ChatText", "FakeOpenAIServer"]
 

@@ -4,43 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from berth.api.admission import Admission, TurnAdmission
-from berth.api.errors import ApiError, not_found
-from berth.api.metrics import Metrics
-from berth.api.redis_events import RedisTurnEventLog, epoch_floor
-from berth.api.sse import HEARTBEAT, TurnEventLog, encode_frame
-from berth.api.titling import ConversationTitler
 from berth.config import ConfigError, Configuration
 from berth.config.models.assembly import EmbedderConfig
 from berth.config.models.bundles import BundleExec
 from berth.config.models.gateway import GatewayDescriptor
 from berth.default_plugins.storage.embedded import EmbeddedStorageBackend
 from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
-from berth.distributed.connections import DistributedConnections, distributed_backend
-from berth.distributed.control import TurnControl, encode_attachments
-from berth.distributed.queue import TurnQueue
-from berth.distributed.redis_client import connect_redis
-from berth.distributed.requests import TurnRequest
 from berth.execution.profiles import Execution
 from berth.gateway.counters import MemoryCounters
 from berth.gateway.redis_counters import RedisCounters
+from berth.host.connections import DistributedConnections, distributed_backend
 from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
 from berth.host.runtime import HostRuntime
 from berth.logs import bound
-from berth.runtime.blocks import BlockType, format_utc
+from berth.runtime.blocks import BlockType
 from berth.runtime.events import TurnEvent
-from berth.runtime.live import LiveEvent, LiveInbox, LiveInboxClosedError, ReceivedEvent
+from berth.runtime.live import LiveEvent, LiveInboxClosedError
 from berth.runtime.loop import ModelResolver, TurnInput, TurnRunner, record_block
 from berth.runtime.memory import Embedder, MemorySearch
 from berth.runtime.persistence import block_from_record, block_record
@@ -50,8 +38,19 @@ from berth.storage.claims import TurnClaims
 from berth.storage.conversations import ConversationStore, SourceRecord, StorageError
 from berth.storage.memory import MemoryIndex
 from berth.storage.meta import MetaStore
+from berth.storage.redis_client import connect_redis
 from berth.storage.scope import ConversationScope
 from berth.streaming import render_citations
+from berth.turns.admission import Admission, TurnAdmission
+from berth.turns.control import TurnControl, encode_attachments
+from berth.turns.errors import ServiceError, not_found
+from berth.turns.event_log import HEARTBEAT, TurnEventLog, encode_frame
+from berth.turns.metrics import Metrics
+from berth.turns.queue import TurnQueue
+from berth.turns.redis_events import RedisTurnEventLog, epoch_floor
+from berth.turns.requests import TurnRequest
+from berth.turns.running import FileSource, LiveDelivery, RunningTurn, events_url, live_event_data, new_id
+from berth.turns.titling import ConversationTitler
 from berth.usage import TurnUsageMeter, UsageLedger
 
 log = logging.getLogger(__name__)
@@ -66,69 +65,8 @@ REDIS_HEARTBEAT_S = 5.0
 CANCELLED_WAITING = "the turn was cancelled while it waited for a free slot; nothing of it was stored"
 
 
-def new_id(prefix: str) -> str:
-    """A short random id such as ``c_1a2b3c4d5e6f``."""
-    return f"{prefix}_{secrets.token_hex(6)}"
-
-
-@dataclass
-class RunningTurn:
-    """A turn the API started: its scope, event log and task."""
-
-    scope: ConversationScope
-    turn_id: str
-    bundle_id: str
-    log: TurnEventLog | RedisTurnEventLog
-    task: asyncio.Task[Any] | None = None
-    """The turn's task while it runs; dropped when it ends (a finished turn keeps only what replays its events)."""
-    started: float = field(default_factory=time.monotonic)
-    inbox: LiveInbox = field(init=False)
-    """The follow-ups and steers sent to the turn while it runs."""
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when the turn has ended (committed, or failed before it began): the conversation takes a next turn."""
-
-    def __post_init__(self) -> None:
-        self.inbox = LiveInbox(self.turn_id)
-
-
-@dataclass(frozen=True)
-class LiveDelivery:
-    """Where a live event went: into turn ``turn_id`` (recorded at ``path``; None while that turn still waits
-    in the turn queue: it takes the event when it starts), or it started turn ``turn_id``."""
-
-    turn_id: str
-    path: str | None
-    started_turn: bool
-
-
-@dataclass(frozen=True)
-class FileSource:
-    """A conversation file to send: its bytes, a stream of them, or a URL the client downloads it from."""
-
-    data: bytes | None = None
-    chunks: AsyncIterator[bytes] | None = None
-    url: str | None = None
-
-
-def events_url(scope: ConversationScope, turn_id: str) -> str:
-    """Where a turn's events stream (relative to the API's root)."""
-    return f"/v1/{scope.tenant}/{scope.project}/conversations/{scope.conversation_id}/turns/{turn_id}/events"
-
-
 async def _single_frame(frame: bytes) -> AsyncIterator[bytes]:
     yield frame
-
-
-def live_event_data(received: ReceivedEvent) -> dict[str, Any]:
-    """The client event of a live event: its kind, message, logical path, files and time."""
-    block = received.block
-    return {
-        "kind": received.event.kind,
-        "message": received.event.message,
-        "path": block.path,
-        "attachments": [{"name": b.meta.get("name"), "path": b.path} for b in received.blocks[1:]],
-        "ts": format_utc(block.ts),
-    }
 
 
 @dataclass
@@ -188,7 +126,7 @@ class HostServices:
     def registry(self) -> BundleRegistry:
         """The bundle registry (after :meth:`start`)."""
         if self.runtime.registry is None:
-            raise ApiError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
+            raise ServiceError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
         return self.runtime.registry
 
     def current_gateway(self) -> GatewayDescriptor | None:
@@ -343,7 +281,7 @@ class HostServices:
     ) -> RunningTurn:
         """Start a turn in the background; its events go to a log clients can stream and resume.
 
-        The turn is admitted first (:class:`~berth.api.admission.Admission`: 429 when its tenant runs as many
+        The turn is admitted first (:class:`~berth.turns.admission.Admission`: 429 when its tenant runs as many
         turns as it may, 503 when this worker's slots and queue are full); an admitted turn may wait for a
         slot before it runs, its events stream then starting when it does. Admitted, it is stored
         (``accepted``, with the message, durably) before this returns, so the caller's 202 never names a
@@ -355,10 +293,10 @@ class HostServices:
             )
         key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
         if key in self._busy:
-            raise ApiError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
+            raise ServiceError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
         turn_id = turn_id or new_id("turn")
         if turn_id in self.turns or turn_id in self._admitting:
-            raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used")
+            raise ServiceError(409, "turn_exists", f"turn id {turn_id} is already used")
         # fail now (404/503) when the bundle cannot serve this scope; the turn pins its generation when it runs
         self.registry.context_for(self.registry.current(bundle_id), scope.tenant, scope.project)
         meter = self._metered(scope, turn_id, bundle_id)  # 429 when a budget of the scope is used up
@@ -371,7 +309,7 @@ class HostServices:
                 await self._accept(scope, turn_id, message)
             except BaseException as exc:
                 await admitted.release()
-                if not isinstance(exc, ApiError):  # cancelled or failed: it may be stored all the same
+                if not isinstance(exc, ServiceError):  # cancelled or failed: it may be stored all the same
                     await self.end_unstarted(scope, turn_id, "failed")
                 raise
         except BaseException:
@@ -494,7 +432,7 @@ class HostServices:
             if lease:
                 await self.admission.release_lease(scope.tenant, turn_id)
             if error.code in ("turn_exists", "turn_in_progress"):
-                raise ApiError(409, error.code, error.message) from None
+                raise ServiceError(409, error.code, error.message) from None
             raise
         await parts.queue.enqueue(scope, turn_id)  # lost with Redis? a worker's reconciler queues it again
         return RunningTurn(scope=scope, turn_id=turn_id, bundle_id=bundle_id, log=parts.event_log(turn_id))
@@ -526,14 +464,14 @@ class HostServices:
                 await asyncio.sleep(0.05 * (attempt + 1))
                 continue
             if "path" not in reply:
-                raise ApiError(500, "internal_error", "the turn's worker could not take the event")
+                raise ServiceError(500, "internal_error", "the turn's worker could not take the event")
             return LiveDelivery(current.turn_id, str(reply["path"]), started_turn=False)
-        raise ApiError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
+        raise ServiceError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
 
     async def cancel_turn(self, scope: ConversationScope, turn_id: str) -> bool:
         """Cancel a turn of the conversation ``scope`` names; return whether it was running (or waiting).
 
-        :raises ApiError: 404 when the conversation has no such turn.
+        :raises ServiceError: 404 when the conversation has no such turn.
         """
         running = self.turns.get(turn_id)
         if self.distributed is None or (running is not None and running.scope == scope):
@@ -622,7 +560,7 @@ class HostServices:
         files = tuple(file for received in unseen for file in received.event.attachments)
         try:
             following = await self.start_turn(running.scope, running.bundle_id, message, attachments=files)
-        except ApiError as refused:
+        except ServiceError as refused:
             log.warning("the live events that came too late for turn %s start no turn: %s", running.turn_id, refused)
             next_turn: dict[str, Any] = {"error": {"code": refused.code, "message": refused.message}}
         else:
@@ -668,14 +606,14 @@ class HostServices:
             started = await self._start_with(scope, bundle_id, event)
             if started is not None:
                 return started
-        raise ApiError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
+        raise ServiceError(409, "turn_in_progress", "the conversation's turns kept changing; send the event again")
 
     async def _start_with(self, scope: ConversationScope, bundle_id: str, event: LiveEvent) -> LiveDelivery | None:
         """Start the conversation's next turn with a live event; None when another one started just now (the
         caller delivers the event to that one instead)."""
         try:
             started = await self.start_turn(scope, bundle_id, event.message, attachments=event.attachments)
-        except ApiError as refused:
+        except ServiceError as refused:
             if refused.code == "turn_in_progress":
                 return None
             raise
@@ -698,18 +636,20 @@ class HostServices:
             await self.store.conversation(scope).accept_turn(turn_id, accepted_at=now, head=(block_record(prompt),))
         except StorageError as error:
             if error.code == "turn_exists":
-                raise ApiError(409, "turn_exists", f"turn id {turn_id} is already used in this conversation") from None
+                raise ServiceError(
+                    409, "turn_exists", f"turn id {turn_id} is already used in this conversation"
+                ) from None
             raise
 
     def _metered(self, scope: ConversationScope, turn_id: str, bundle_id: str) -> TurnUsageMeter:
         """The usage meter of a turn about to start; 429 ``budget_exceeded`` (with ``Retry-After`` until the
         budget resets) when a budget of its tenant, project or user is used up."""
         if self.usage is None:
-            raise ApiError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
+            raise ServiceError(503, "starting", "the host is still starting", headers={"Retry-After": "1"})
         exhausted = self.usage.exhausted(scope)
         if exhausted is not None:
             self.metrics.admission_rejections.labels(tenant=scope.tenant, reason="budget").inc()
-            raise ApiError(
+            raise ServiceError(
                 429,
                 "budget_exceeded",
                 exhausted.message(during_turn=False),
@@ -781,7 +721,7 @@ class HostServices:
         """A turn's SSE frames after sequence ``after``: live from the process running it, from Redis in a
         distributed deployment (any API process serves any turn), else its end as the store records it.
 
-        :raises ApiError: 404 when the conversation has no such turn.
+        :raises ServiceError: 404 when the conversation has no such turn.
         """
         running = self.turns.get(turn_id)
         if running is not None and running.scope == scope:
@@ -842,7 +782,7 @@ class HostServices:
         if record is None:
             raise not_found(f"turn {turn_id}")
         if record.state in ("running", "accepted"):
-            raise ApiError(
+            raise ServiceError(
                 409,
                 "turn_elsewhere",
                 f"turn {turn_id} is {record.state} in another process on this storage root; its events are "

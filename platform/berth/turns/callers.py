@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from berth.api.errors import ApiError, not_found
+from berth.turns.errors import ServiceError, not_found
 
 if TYPE_CHECKING:
-    from fastapi import Request
-
     from berth.config.descriptors import DescriptorSet
 
 
@@ -45,15 +44,16 @@ class Caller:
 LOCAL_CALLER = Caller(key_id="local", tenant="*", projects=None, roles=frozenset({"user", "admin"}))
 
 
-def authenticate(request: Request, descriptors: DescriptorSet) -> Caller:
-    """The caller of ``request``; 401 without a valid ``Authorization: Bearer <key>``."""
+def authenticate(headers: Mapping[str, str], descriptors: DescriptorSet) -> Caller:
+    """The caller of a request with ``headers`` (HTTP's, lower-case names); 401 without a valid
+    ``Authorization: Bearer <key>``."""
     auth = descriptors.gateway.auth
     if auth.mode == "none":
         return LOCAL_CALLER
-    header = request.headers.get("authorization", "")
+    header = headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        raise ApiError(
+        raise ServiceError(
             401, "unauthorized", "send 'Authorization: Bearer <api key>'", headers={"WWW-Authenticate": "Bearer"}
         )
     digest = hashlib.sha256(key.strip().encode()).hexdigest()
@@ -62,7 +62,7 @@ def authenticate(request: Request, descriptors: DescriptorSet) -> Caller:
         if hmac.compare_digest(candidate.sha256, digest):
             found = candidate
     if found is None:
-        raise ApiError(401, "unauthorized", "unknown API key", headers={"WWW-Authenticate": "Bearer"})
+        raise ServiceError(401, "unauthorized", "unknown API key", headers={"WWW-Authenticate": "Bearer"})
     projects = frozenset(found.projects) if found.projects is not None else None
     return Caller(key_id=found.id, tenant=found.tenant, projects=projects, roles=frozenset(found.roles))
 
@@ -76,4 +76,4 @@ def require_scope(caller: Caller, descriptors: DescriptorSet, tenant: str, proje
 def require_admin(caller: Caller) -> None:
     """403 for a key without the admin role."""
     if not caller.is_admin:
-        raise ApiError(403, "forbidden", "this API key has no admin role")
+        raise ServiceError(403, "forbidden", "this API key has no admin role")

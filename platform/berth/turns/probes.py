@@ -16,9 +16,9 @@ from redis.exceptions import RedisError
 
 from berth.config import Configuration
 from berth.config.errors import ConfigError
-from berth.distributed.connections import distributed_backend
-from berth.distributed.redis_client import connect_redis
+from berth.host.connections import distributed_backend
 from berth.host.plugins import PlatformPlugins
+from berth.storage.redis_client import connect_redis
 
 __all__ = ["ServiceProbe", "probe_backend", "probe_services"]
 

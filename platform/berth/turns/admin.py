@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from berth.api.redis_events import RedisTurnEventLog, epoch_floor
-from berth.distributed.queue import TurnQueue
 from berth.runtime.events import TurnEvent
 from berth.storage.claims import TurnClaims, UnfinishedTurn
+from berth.turns.queue import TurnQueue
+from berth.turns.redis_events import RedisTurnEventLog, epoch_floor
 
 __all__ = ["ENDED_BY_OPERATOR", "TurnAdmin", "TurnNotUnfinishedError", "TurnRunningError", "turn_row"]
 

@@ -22,12 +22,12 @@ import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from berth.api.errors import ApiError
-from berth.api.metrics import Metrics
 from berth.config.models.gateway import GatewayDescriptor
 from berth.gateway.counters import AdmissionCounters, CountersUnavailableError
 from berth.gateway.rate import RateLimit
 from berth.gateway.slots import SlotReservation, TurnSlots
+from berth.turns.errors import ServiceError
+from berth.turns.metrics import Metrics
 
 __all__ = ["Admission", "TurnAdmission"]
 
@@ -145,7 +145,7 @@ class Admission:
             raise self._tenant_full(tenant, capacity, backpressure.retry_after_s)
         return TurnAdmission(self, tenant, turn_id, reservation)
 
-    def _tenant_full(self, tenant: str, capacity: int, retry_after_s: float) -> ApiError:
+    def _tenant_full(self, tenant: str, capacity: int, retry_after_s: float) -> ServiceError:
         """The 429 refusing a turn of ``tenant``, which runs ``capacity`` turns already."""
         return self._refusal(
             tenant,
@@ -202,10 +202,10 @@ class Admission:
 
     def _refusal(
         self, tenant: str, reason: str, status: int, code: str, message: str, retry_after_s: float, **details: Any
-    ) -> ApiError:
+    ) -> ServiceError:
         """The error refusing a request of ``tenant`` for ``reason`` (counted in the metrics)."""
         self._metrics.admission_rejections.labels(tenant=tenant, reason=reason).inc()
-        return ApiError(
+        return ServiceError(
             status,
             code,
             message,

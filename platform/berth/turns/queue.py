@@ -40,7 +40,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from berth.distributed.redis_client import let_finish
+from berth.storage.redis_client import let_finish
 from berth.storage.scope import ConversationScope
 
 __all__ = ["GROUP", "QueueEntry", "TurnQueue"]

@@ -22,7 +22,7 @@ from berth.storage.meta import MetaStore
 from berth.storage.scope import ConversationScope
 
 if TYPE_CHECKING:
-    from berth.api.services import RunningTurn
+    from berth.turns.running import RunningTurn
     from berth.usage import UsageLedger
 
 log = logging.getLogger(__name__)

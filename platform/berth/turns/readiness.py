@@ -1,18 +1,21 @@
 """What ``/readyz`` and ``/metrics`` of an API process and of a worker's health port report: whether the process is
-ready to serve, and its metrics."""
+ready to serve, and its metrics. The HTTP routes (the API's, the worker health port's) answer what these return."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
-from starlette.responses import Response
+from berth.turns.callers import authenticate, require_admin
+from berth.turns.probes import probe_backend
 
-from berth.api.auth import authenticate, require_admin
-from berth.api.services import HostServices
-from berth.distributed.probes import probe_backend
+if TYPE_CHECKING:
+    from berth.turns.services import HostServices
 
-__all__ = ["metrics_exposition", "readiness"]
+__all__ = ["METRICS_MEDIA_TYPE", "metrics_exposition", "readiness"]
+
+METRICS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text exposition's content type."""
 
 
 async def readiness(host: HostServices) -> tuple[bool, dict[str, Any]]:
@@ -36,15 +39,12 @@ async def readiness(host: HostServices) -> tuple[bool, dict[str, Any]]:
     return ready, checks
 
 
-METRICS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-async def metrics_exposition(request: Request, host: HostServices) -> Response:
-    """The Prometheus text of ``host``'s metrics (``berth_turn_queue_depth`` read from the shared queue in
-    distributed mode). It names every tenant, so by default only an admin key reads it
-    (``platform.metrics.access``); raises :class:`~berth.api.errors.ApiError` 401/403 otherwise."""
+async def metrics_exposition(headers: Mapping[str, str], host: HostServices) -> bytes:
+    """The Prometheus text of ``host``'s metrics for a request with ``headers`` (``berth_turn_queue_depth`` read from
+    the shared queue in distributed mode). It names every tenant, so by default only an admin key reads it
+    (``platform.metrics.access``); raises :class:`~berth.turns.errors.ServiceError` 401/403 otherwise."""
     if host.config.descriptors.assembly.platform.metrics.access != "open":
-        require_admin(authenticate(request, host.config.descriptors))
+        require_admin(authenticate(headers, host.config.descriptors))
     if host.distributed is not None:
         host.metrics.turn_queue_depth.set(await host.distributed.queue.depth())
-    return Response(host.metrics.render(), media_type=METRICS_MEDIA_TYPE)
+    return host.metrics.render()
