@@ -5,7 +5,7 @@
   answering, plus the turns this worker runs;
 * ``GET /metrics`` — the turn metrics this worker counts (turns, rounds, tokens, tool calls; the queued turns it
   took over, requeued, retried, how long they waited) and the shared queue's depth and oldest turn, with the same
-  access rule as an API process's (``platform.metrics.access``).
+  access rule as an API process's (``platform.metrics.access``; a tenant's admin key reads its tenant's series).
 
 It is a small ASGI app served by uvicorn in the worker's own event loop, so a probe that answers proves that loop
 is not blocked.

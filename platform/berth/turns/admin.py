@@ -14,6 +14,7 @@ workers end every such turn by themselves (take-over after the lease, the reconc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -64,14 +65,21 @@ class TurnAdmin:
     redis: Any
 
     async def unfinished(
-        self, *, stuck_after_s: float | None = None, tenant: str | None = None
+        self,
+        *,
+        stuck_after_s: float | None = None,
+        tenant: str | None = None,
+        covers: Callable[[str, str], bool] | None = None,
     ) -> list[UnfinishedTurn]:
         """The unfinished turns, oldest first; with ``stuck_after_s``, only those no live process owns that began
-        (or were accepted) longer ago than that; with ``tenant``, only that tenant's."""
+        (or were accepted) longer ago than that; with ``tenant``, only that tenant's; with ``covers``, only those
+        whose (tenant, project) it holds true for (an admin key's :meth:`~berth.turns.callers.Caller.may_use`)."""
         now = datetime.now(UTC)
         turns = []
         for turn in await self.claims.unfinished_turns():
             if tenant is not None and turn.scope.tenant != tenant:
+                continue
+            if covers is not None and not covers(turn.scope.tenant, turn.scope.project):
                 continue
             if stuck_after_s is not None:
                 waited = (now - turn.started_at).total_seconds() if turn.started_at is not None else 0.0
@@ -80,22 +88,31 @@ class TurnAdmin:
             turns.append(turn)
         return turns
 
-    async def find(self, turn_id: str, *, tenant: str | None = None) -> UnfinishedTurn:
-        """The unfinished turn ``turn_id`` (of ``tenant`` when given).
+    async def find(
+        self, turn_id: str, *, tenant: str | None = None, covers: Callable[[str, str], bool] | None = None
+    ) -> UnfinishedTurn:
+        """The unfinished turn ``turn_id`` (of ``tenant``, of a scope ``covers`` holds for, when given).
 
         :raises TurnNotUnfinishedError: when there is none.
         """
-        for turn in await self.unfinished(tenant=tenant):
+        for turn in await self.unfinished(tenant=tenant, covers=covers):
             if turn.turn_id == turn_id:
                 return turn
         raise TurnNotUnfinishedError(f"no unfinished turn {turn_id!r}: it has ended, or there is no such turn")
 
-    async def end(self, turn_id: str, *, reason: str, tenant: str | None = None) -> UnfinishedTurn:
+    async def end(
+        self,
+        turn_id: str,
+        *,
+        reason: str,
+        tenant: str | None = None,
+        covers: Callable[[str, str], bool] | None = None,
+    ) -> UnfinishedTurn:
         """Store the turn ``failed`` (``ended_by_operator``, ``reason``) and end its event stream so.
 
         :raises TurnNotUnfinishedError: when it is not unfinished (it ended meanwhile).
         """
-        turn = await self.find(turn_id, tenant=tenant)
+        turn = await self.find(turn_id, tenant=tenant, covers=covers)
         attempts = await self.claims.end_turn(turn.scope, turn_id, state="failed", code=ENDED_BY_OPERATOR, error=reason)
         if attempts is None:
             raise TurnNotUnfinishedError(f"turn {turn_id!r} ended before it could be ended")
@@ -108,13 +125,15 @@ class TurnAdmin:
             await events.close()
         return turn
 
-    async def retry(self, turn_id: str, *, tenant: str | None = None) -> UnfinishedTurn:
+    async def retry(
+        self, turn_id: str, *, tenant: str | None = None, covers: Callable[[str, str], bool] | None = None
+    ) -> UnfinishedTurn:
         """Give the turn back to the queue with its attempts reset, and queue it now.
 
         :raises TurnNotUnfinishedError: when it is not unfinished.
         :raises TurnRunningError: when a live worker runs it.
         """
-        turn = await self.find(turn_id, tenant=tenant)
+        turn = await self.find(turn_id, tenant=tenant, covers=covers)
         if turn.owner_alive:
             raise TurnRunningError(f"turn {turn_id!r} runs on a live worker: end it, or let it finish")
         if not await self.claims.retry_turn(turn.scope, turn_id):

@@ -31,8 +31,14 @@ class Caller:
 
     @property
     def is_admin(self) -> bool:
-        """May use ``/v1/admin/*``."""
+        """May use ``/v1/admin/*`` (within :attr:`is_global`'s reach: its own tenant's bundles, turns and metrics
+        when it is not global)."""
         return "admin" in self.roles
+
+    @property
+    def is_global(self) -> bool:
+        """The key covers every tenant and project (``tenant: "*"`` without ``projects``, or ``auth: none``)."""
+        return self.tenant == "*" and self.projects is None
 
     def may_use(self, tenant: str, project: str) -> bool:
         """True when the key covers ``tenant``/``project``."""
@@ -71,6 +77,19 @@ def require_scope(caller: Caller, descriptors: DescriptorSet, tenant: str, proje
     """404 unless the scope is declared and the caller's key covers it (never says which)."""
     if not descriptors.assembly.has_scope(tenant, project) or not caller.may_use(tenant, project):
         raise not_found(f"project {tenant}/{project}")
+
+
+def covered_bundles(caller: Caller, descriptors: DescriptorSet) -> frozenset[str] | None:
+    """The bundles of the scopes ``caller`` covers (None: every bundle, for a global key): what a tenant's admin key
+    may see and reload under ``/v1/admin``."""
+    if caller.is_global:
+        return None
+    return frozenset(
+        bundle
+        for tenant, project in descriptors.assembly.scopes()
+        if caller.may_use(tenant, project)
+        for bundle in descriptors.visible_bundles(tenant, project)
+    )
 
 
 def require_admin(caller: Caller) -> None:

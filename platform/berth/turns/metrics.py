@@ -8,7 +8,10 @@ attempts, retries, turns that could not be run, time in the queue); the turn run
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import TurnResult
@@ -159,6 +162,27 @@ class Metrics:
         ):
             self.tokens.labels(tenant=tenant, kind=kind).inc(value)
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition."""
-        return generate_latest(self.registry)
+    def render(self, tenant: str | None = None) -> bytes:
+        """The Prometheus text exposition: every series, or with ``tenant`` only the series labelled with that
+        tenant (what a tenant's admin key reads; series without a ``tenant`` label mix every tenant's work)."""
+        if tenant is None:
+            return generate_latest(self.registry)
+        return generate_latest(TenantSeries(self.registry, tenant))
+
+
+class TenantSeries:
+    """A collector that yields the metric families of ``registry`` with only the samples labelled ``tenant``
+    (families left without a sample are left out)."""
+
+    def __init__(self, registry: CollectorRegistry, tenant: str) -> None:
+        self._registry = registry
+        self._tenant = tenant
+
+    def collect(self) -> Iterator[Metric]:
+        """The tenant's samples, family by family."""
+        for family in self._registry.collect():
+            samples = [sample for sample in family.samples if sample.labels.get("tenant") == self._tenant]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept

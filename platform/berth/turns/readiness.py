@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from berth.turns.callers import authenticate, require_admin
+from berth.turns.errors import ServiceError
 from berth.turns.probes import probe_backend
 
 if TYPE_CHECKING:
@@ -42,9 +43,20 @@ async def readiness(host: HostServices) -> tuple[bool, dict[str, Any]]:
 async def metrics_exposition(headers: Mapping[str, str], host: HostServices) -> bytes:
     """The Prometheus text of ``host``'s metrics for a request with ``headers`` (``berth_turn_queue_depth`` read from
     the shared queue in distributed mode). It names every tenant, so by default only an admin key reads it
-    (``platform.metrics.access``); raises :class:`~berth.turns.errors.ServiceError` 401/403 otherwise."""
+    (``platform.metrics.access``): a global admin key every series, a tenant's admin key only the series of its
+    tenant (labelled ``tenant``). Metrics are counted per tenant, not per project, so an admin key limited to some
+    projects is refused. Raises :class:`~berth.turns.errors.ServiceError` 401/403 otherwise."""
+    tenant = None
     if host.config.descriptors.assembly.platform.metrics.access != "open":
-        require_admin(authenticate(headers, host.config.descriptors))
+        caller = authenticate(headers, host.config.descriptors)
+        require_admin(caller)
+        if caller.projects is not None:
+            raise ServiceError(
+                403,
+                "forbidden",
+                "metrics are counted per tenant, not per project: this admin key covers only some projects",
+            )
+        tenant = None if caller.is_global else caller.tenant
     if host.distributed is not None:
         host.metrics.turn_queue_depth.set(await host.distributed.queue.depth())
-    return host.metrics.render()
+    return host.metrics.render(tenant)

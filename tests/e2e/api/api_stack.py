@@ -45,10 +45,12 @@ def write_stack_descriptors(
     bundles_secrets: dict[str, Any] | None = None,
     platform: dict[str, Any] | None = None,
     extra_keys: Sequence[dict[str, Any]] = (),
+    tenant_bundles: dict[str, list[str]] | None = None,
 ) -> Path:
     """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure);
     ``bundles_secrets`` is ``bundles.secrets.yaml``; ``platform`` adds sections to ``assembly.yaml``'s platform;
-    ``extra_keys`` are more entries of ``auth.keys``."""
+    ``extra_keys`` are more entries of ``auth.keys``; ``tenant_bundles`` says which bundles each tenant enables
+    (default: every bundle for both)."""
     root.mkdir(parents=True, exist_ok=True)
     platform = dict(platform or {})
     # titles would take a response of the test's script: a test that wants them says so
@@ -62,6 +64,8 @@ def write_stack_descriptors(
         "acme": {"bundles": sorted(bundles), "default_bundle": sorted(bundles)[0]},
         "globex": {"bundles": sorted(bundles)},
     }
+    if tenant_bundles is not None:
+        scopes = {name: {"bundles": enabled, "default_bundle": enabled[0]} for name, enabled in tenant_bundles.items()}
     gateway_yaml: dict[str, Any] = {"auth": {"mode": auth}, **(gateway or {})}
     if auth == "api_keys":
         gateway_yaml["auth"]["keys"] = [
@@ -176,6 +180,7 @@ async def api_stack(
     bundles_secrets: dict[str, Any] | None = None,
     platform: dict[str, Any] | None = None,
     extra_keys: Sequence[dict[str, Any]] = (),
+    tenant_bundles: dict[str, list[str]] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
     if current_storage_kind() == "distributed":
@@ -183,14 +188,22 @@ async def api_stack(
             extra = (platform or {}).get("storage", {})  # a test's additions (the artifact store)
             platform = {**(platform or {}), "storage": {**storage, **extra}}
             descriptors = write_stack_descriptors(
-                tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
+                tmp_path / "descriptors",
+                script,
+                bundles,
+                auth,
+                gateway,
+                bundles_secrets,
+                platform,
+                extra_keys,
+                tenant_bundles,
             )
             async with _turn_worker(descriptors) as worker, _serving(descriptors, tmp_path, govern_heap) as stack:
                 stack.worker = worker
                 yield stack
         return
     descriptors = write_stack_descriptors(
-        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
+        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys, tenant_bundles
     )
     async with _serving(descriptors, tmp_path, govern_heap) as stack:
         yield stack

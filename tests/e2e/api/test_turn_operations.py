@@ -22,13 +22,22 @@ pytestmark = [
 ]
 
 ACME_ADMIN = {"id": "acme-ops", "sha256": key_hash("acme-admin-key"), "tenant": "acme", "roles": ["admin", "user"]}
+SUPPORT_ADMIN = {
+    "id": "support-ops",
+    "sha256": key_hash("support-admin-key"),
+    "tenant": "acme",
+    "projects": ["support"],
+    "roles": ["admin"],
+}
 
 
 @asynccontextmanager
 async def gated(tmp_path: Path, responses: list[Any]) -> AsyncIterator[ApiStack]:
     """A distributed stack serving the gate bundle: a turn in ``gate.hold`` runs until the test opens the gate."""
     close_gate()
-    async with api_stack(tmp_path, responses, bundles=gate_bundles(tmp_path), extra_keys=[ACME_ADMIN]) as stack:
+    async with api_stack(
+        tmp_path, responses, bundles=gate_bundles(tmp_path), extra_keys=[ACME_ADMIN, SUPPORT_ADMIN]
+    ) as stack:
         try:
             yield stack
         finally:
@@ -88,3 +97,22 @@ async def test_a_tenant_admin_key_sees_and_ends_only_its_tenants_turns(tmp_path:
         assert refused.status_code == 404
         everyone = {"Authorization": f"Bearer {KEYS['admin']}"}
         assert len((await stack.client.get("/v1/admin/turns", headers=everyone)).json()["turns"]) == 1
+
+
+async def test_a_project_admin_key_reaches_only_its_projects_turns(tmp_path: Path) -> None:
+    async with gated(tmp_path, [HOLD, ANSWER]) as stack:
+        acme_admin = {"Authorization": "Bearer acme-admin-key"}
+        created = await stack.client.post("/v1/acme/sales/conversations", json={}, headers=acme_admin)
+        turns_url = f"/v1/acme/sales/conversations/{created.json()['id']}/turns"
+        started = (await stack.client.post(turns_url, json={"message": "hold on"}, headers=acme_admin)).json()
+        async with stack.client.stream("GET", started["events_url"], headers=acme_admin) as events:
+            async for line in events.aiter_lines():
+                if line == "event: tool.call":
+                    break
+        support_admin = {"Authorization": "Bearer support-admin-key"}
+        assert (await stack.client.get("/v1/admin/turns", headers=support_admin)).json()["turns"] == []
+        for action in ("end", "retry"):
+            refused = await stack.client.post(f"/v1/admin/turns/{started['turn_id']}/{action}", headers=support_admin)
+            assert refused.status_code == 404, refused.text
+        listed = (await stack.client.get("/v1/admin/turns", headers=acme_admin)).json()["turns"]
+        assert [turn["turn_id"] for turn in listed] == [started["turn_id"]]

@@ -1,4 +1,8 @@
-"""``/v1/admin/*``: bundles, workers and unfinished turns (admin role)."""
+"""``/v1/admin/*``: bundles, workers and unfinished turns (admin role).
+
+A global admin key (``tenant: "*"``, every project) sees and acts on everything. A tenant's admin key sees only
+the bundles its scopes enable (in ``/bundles`` and in each worker's report), reloads only those (another bundle
+is not found, as an unknown one) and reaches only the unfinished turns of the projects it covers."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from fastapi import APIRouter, Body, Depends, Query
 from berth.api.deps import admin_caller, services
 from berth.api.errors import ADMIN_ERRORS, error_responses
 from berth.host.broadcast import read_worker_reports, report_of
-from berth.turns.callers import Caller
+from berth.turns.callers import Caller, covered_bundles
 from berth.turns.errors import ServiceError, not_found
 from berth.turns.services import HostServices
 
@@ -20,9 +24,12 @@ Services = Annotated[HostServices, Depends(services)]
 Admin = Annotated[Caller, Depends(admin_caller)]
 
 
-def _status_rows(host: HostServices) -> list[dict[str, Any]]:
+def _status_rows(host: HostServices, who: Caller) -> list[dict[str, Any]]:
+    covered = covered_bundles(who, host.config.descriptors)
     rows = []
     for status in host.registry.statuses():
+        if covered is not None and status.id not in covered:
+            continue
         row = asdict(status)
         row["error"] = (
             {
@@ -41,14 +48,17 @@ def _status_rows(host: HostServices) -> list[dict[str, Any]]:
 
 @router.get("/bundles")
 async def admin_bundles(who: Admin, host: Services) -> dict[str, Any]:
-    """Every bundle with this process's generation, state and last error (file, line, traceback)."""
-    return {"worker": host.runtime.worker_id, "bundles": _status_rows(host)}
+    """Every bundle (the key's scopes enable) with this process's generation, state and last error (file, line,
+    traceback)."""
+    return {"worker": host.runtime.worker_id, "bundles": _status_rows(host, who)}
 
 
 @router.post("/bundles/{bundle_id}/reload")
 async def admin_reload(bundle_id: str, who: Admin, host: Services) -> dict[str, Any]:
-    """Reload a bundle in every process (this one answers with its outcome)."""
-    if bundle_id not in host.config.descriptors.bundles.bundles:
+    """Reload a bundle in every process (this one answers with its outcome); 404 for a bundle the key's scopes do not
+    enable."""
+    covered = covered_bundles(who, host.config.descriptors)
+    if bundle_id not in host.config.descriptors.bundles.bundles or (covered is not None and bundle_id not in covered):
         raise not_found(f"bundle {bundle_id}")
     if host.distributed is not None:
         await host.runtime.request_reload(bundle_id)
@@ -73,10 +83,20 @@ async def admin_reload(bundle_id: str, who: Admin, host: Services) -> dict[str, 
 
 @router.get("/workers")
 async def admin_workers(who: Admin, host: Services) -> dict[str, Any]:
-    """Every host process and its generations (this one only, in embedded mode)."""
+    """Every host process and its generations (this one only, in embedded mode), of the bundles the key's scopes
+    enable."""
     if host.distributed is None:
-        return {"workers": [asdict(report_of(host.runtime.worker_id, host.registry))]}
-    return {"workers": [asdict(report) for report in await read_worker_reports(host.distributed.redis)]}
+        reports = [report_of(host.runtime.worker_id, host.registry)]
+    else:
+        reports = await read_worker_reports(host.distributed.redis)
+    covered = covered_bundles(who, host.config.descriptors)
+    rows = []
+    for report in reports:
+        row = asdict(report)
+        if covered is not None:
+            row["bundles"] = {name: value for name, value in row["bundles"].items() if name in covered}
+        rows.append(row)
+    return {"workers": rows}
 
 
 def _turn_admin(host: HostServices) -> Any:
@@ -91,22 +111,17 @@ def _turn_admin(host: HostServices) -> Any:
     return TurnAdmin(parts.claims, parts.queue, parts.redis)
 
 
-def _key_tenant(who: Caller) -> str | None:
-    """The one tenant an admin key is scoped to (None for a key of every tenant)."""
-    return None if who.tenant == "*" else who.tenant
-
-
 @router.get("/turns", responses=error_responses(409))
 async def admin_turns(
     who: Admin,
     host: Services,
     stuck_after_s: Annotated[float | None, Query(ge=0, description="only turns no live process owns, this old")] = None,
 ) -> dict[str, Any]:
-    """The unfinished turns (of the key's tenant), oldest first: state, age, attempts, whether a live worker owns
-    each, its last error; ``stuck_after_s`` keeps those nobody runs that waited longer than that."""
+    """The unfinished turns (of the key's tenant and projects), oldest first: state, age, attempts, whether a live
+    worker owns each, its last error; ``stuck_after_s`` keeps those nobody runs that waited longer than that."""
     from berth.turns.admin import turn_row
 
-    turns = await _turn_admin(host).unfinished(stuck_after_s=stuck_after_s, tenant=_key_tenant(who))
+    turns = await _turn_admin(host).unfinished(stuck_after_s=stuck_after_s, covers=who.may_use)
     now = datetime.now(UTC)
     return {"turns": [turn_row(turn, now) for turn in turns]}
 
@@ -122,7 +137,7 @@ async def admin_end_turn(
     from berth.turns.admin import TurnNotUnfinishedError
 
     try:
-        turn = await _turn_admin(host).end(turn_id, reason=reason, tenant=_key_tenant(who))
+        turn = await _turn_admin(host).end(turn_id, reason=reason, covers=who.may_use)
     except TurnNotUnfinishedError as error:
         raise not_found(f"unfinished turn {turn_id}") from error
     return {"turn_id": turn.turn_id, "ended": True, "code": "ended_by_operator"}
@@ -135,7 +150,7 @@ async def admin_retry_turn(turn_id: str, who: Admin, host: Services) -> dict[str
     from berth.turns.admin import TurnNotUnfinishedError, TurnRunningError
 
     try:
-        turn = await _turn_admin(host).retry(turn_id, tenant=_key_tenant(who))
+        turn = await _turn_admin(host).retry(turn_id, covers=who.may_use)
     except TurnNotUnfinishedError as error:
         raise not_found(f"unfinished turn {turn_id}") from error
     except TurnRunningError as error:

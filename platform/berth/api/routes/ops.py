@@ -46,7 +46,8 @@ async def readyz(host: Services) -> JSONResponse:
 )
 async def metrics(request: Request, host: Services) -> Response:
     """Prometheus text format. It names every tenant, so by default only an admin key reads it
-    (``platform.metrics.access`` of ``assembly.yaml``: ``admin`` or ``open``)."""
+    (``platform.metrics.access`` of ``assembly.yaml``: ``admin`` or ``open``); a tenant's admin key reads only its
+    tenant's series."""
     return Response(await metrics_exposition(request.headers, host), media_type=METRICS_MEDIA_TYPE)
 
 
