@@ -5,6 +5,7 @@ clamd before anything of the request is stored."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import fnmatch
 import io
 import logging
@@ -21,14 +22,22 @@ from berth.turns.errors import ServiceError
 log = logging.getLogger(__name__)
 
 
-def sniff_mime(data: bytes) -> str:
-    """The content type the bytes themselves show (magic numbers; UTF-8 text without NUL is text/plain)."""
+SNIFF_BYTES = 65_536
+"""How much of a file :func:`sniff_mime` reads: magic numbers are at the start, and UTF-8 text shows in this much."""
+
+
+def sniff_mime(data: bytes, *, complete: bool = True) -> str:
+    """The content type the bytes themselves show (magic numbers; UTF-8 text without NUL is text/plain). ``data``
+    may be the whole file or (``complete=False``) its start; only the first :data:`SNIFF_BYTES` are read, and a
+    character cut at their end does not make text binary."""
     kind = filetype.guess(data)
     if kind is not None:
         return str(kind.mime)
     if b"\x00" not in data[:8192]:
+        head = data[:SNIFF_BYTES]
+        final = complete and len(data) <= SNIFF_BYTES
         try:
-            data[:65536].decode("utf-8")
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=final)
         except UnicodeDecodeError:
             pass
         else:

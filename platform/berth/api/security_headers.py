@@ -8,6 +8,9 @@
   allow-scripts allow-forms``: even opened directly (not in the UI's sandboxed iframe) it runs in an opaque
   origin, so it can never read the UI's local storage (where the API key is kept) or call the API as the user.
   It may be framed only by the UI (``frame-ancestors 'self'``).
+* A conversation's file (``/v1/{tenant}/{project}/conversations/{id}/files/…``) is a user's upload or a tool's
+  output: ``Content-Security-Policy: sandbox`` (no script, an opaque origin) whatever its type, and ``nosniff``
+  (its type is the sniffed one: :mod:`berth.api.downloads`).
 * Every other response gets ``X-Content-Type-Options: nosniff``.
 
 A pure ASGI middleware: it adds headers to the response start and touches nothing else.
@@ -15,6 +18,7 @@ A pure ASGI middleware: it adds headers to the response start and touches nothin
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,7 +40,14 @@ WIDGET_HEADERS: Final = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 )
+FILE_POLICY: Final = "sandbox"
+FILE_HEADERS: Final = (
+    (b"content-security-policy", FILE_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+)
 OTHER_HEADERS: Final = ((b"x-content-type-options", b"nosniff"),)
+_FILE_PATH: Final = re.compile(r"^/v1/[^/]+/[^/]+/conversations/[^/]+/files/")
 
 
 def headers_for(path: str) -> tuple[tuple[bytes, bytes], ...]:
@@ -45,6 +56,8 @@ def headers_for(path: str) -> tuple[tuple[bytes, bytes], ...]:
         return UI_HEADERS
     if path.startswith("/b/") and "/widgets/" in path:
         return WIDGET_HEADERS
+    if _FILE_PATH.match(path):
+        return FILE_HEADERS
     return OTHER_HEADERS
 
 

@@ -157,7 +157,7 @@ async def test_files_of_outputs_are_downloadable(tmp_path: Path) -> None:
         response = await stack.client.get(url, headers=stack.auth())
         assert response.status_code == 200
         assert response.text == "# Report\n"
-        assert response.headers["content-disposition"] == 'inline; filename="report.md"'
+        assert response.headers["content-disposition"].startswith('attachment; filename="report.md"')
         hidden = url.replace(".outputs/report.md", ".files/report.md")
         assert (await stack.client.get(hidden, headers=stack.auth())).status_code == 404
 

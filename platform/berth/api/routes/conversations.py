@@ -11,8 +11,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from berth.api.attachments import check_attachment, scan_attachments
+from berth.api.attachments import check_attachment, scan_attachments, sniff_mime
 from berth.api.deps import conversation_scope, scoped_caller, services
+from berth.api.downloads import content_type, disposition, sniffed_stream
 from berth.api.errors import SCOPED_ERRORS, invalid_request
 from berth.api.schemas import (
     Citation,
@@ -413,20 +414,24 @@ async def conversation_file(
             404, "not_found", "only fi:<turn>.outputs/… and fi:<turn>.attachments/… files can be downloaded"
         )
     name = parsed.rel.rsplit("/", 1)[-1]
-    mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    named_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
     try:
         source = await host.file_source(
-            meta.scope, f"{parsed.turn_id}/{parsed.area}/{parsed.rel}", filename=name, mime=mime
+            meta.scope, f"{parsed.turn_id}/{parsed.area}/{parsed.rel}", filename=name, mime=named_type
         )
     except StorageError:
         raise not_found(f"file {path}") from None
-    if source.url is not None:  # a presigned URL of the object store: the client downloads from there
+    if source.url is not None:  # a presigned URL of the object store (another origin, always an attachment)
         return RedirectResponse(source.url, status_code=307, headers={"Cache-Control": "no-store"})
-    disposition = "inline" if mime.startswith(("text/", "image/")) or mime == "application/pdf" else "attachment"
-    headers = {"Content-Disposition": f'{disposition}; filename="{name}"', "X-Content-Type-Options": "nosniff"}
+    # the type the bytes show, never the name's: an uploaded evil.html is text, saved and never rendered
     if source.chunks is not None:
-        return StreamingResponse(source.chunks, media_type=mime, headers=headers)
-    return Response(source.data, media_type=mime, headers=headers)
+        mime, chunks = await sniffed_stream(source.chunks)
+        headers = {"Content-Disposition": disposition(mime, name)}
+        return StreamingResponse(chunks, media_type=content_type(mime), headers=headers)
+    data = source.data or b""
+    mime = sniff_mime(data)
+    headers = {"Content-Disposition": disposition(mime, name)}
+    return Response(data, media_type=content_type(mime), headers=headers)
 
 
 __all__ = ["router"]
