@@ -48,7 +48,7 @@ from berth.runtime.render import PromptMessage, PromptPart, RenderedPrompt, Time
 from berth.runtime.resident import DEFAULT_RESIDENT_CONVERSATIONS, ResidentConversation, ResidentConversations
 from berth.runtime.sources import SourcesPool, citation_lookup
 from berth.runtime.timeline import Timeline
-from berth.runtime.tool_calls import execute_tool_call
+from berth.runtime.tool_calls import execute_tool_call, full_result_artifact
 from berth.runtime.toolbox import RuntimeTool, ToolBox, function_tool, system_message
 from berth.runtime.tools import react_tools
 from berth.runtime.tools.execution import TOOL_ID, exec_tool
@@ -70,7 +70,6 @@ TurnOutcome = Literal["completed", "exited", "iteration_limit", "failed", "cance
 ModelResolver = Callable[[str | None], tuple[ModelRef, ModelProvider]]
 """Returns the model reference and provider for a role (None = the default model)."""
 
-RESULT_PREVIEW_CHARS = 6_000
 STEERED = "the user steered while the answer was being written: that response is dropped and the model decides again"
 
 
@@ -128,6 +127,8 @@ class TurnRunner:
 
     :param resident_conversations: how many conversations to keep in memory between turns (their
         committed timeline and rendered parts; see :mod:`berth.runtime.resident`); 0 keeps none.
+    :param result_preview_chars: the cap of a tool result in the timeline for every scope (tests); None: each
+        scope's ``react.result_preview_chars``.
     """
 
     def __init__(
@@ -138,7 +139,7 @@ class TurnRunner:
         tool_packs: Mapping[str, ToolPackFactory] | None = None,
         memory: Callable[[ConversationScope], MemorySearch] | None = None,
         clock: Callable[[], datetime] = utc_now,
-        result_preview_chars: int = RESULT_PREVIEW_CHARS,
+        result_preview_chars: int | None = None,
         resident_conversations: int = DEFAULT_RESIDENT_CONVERSATIONS,
         execution: Execution | None = None,
     ) -> None:
@@ -623,7 +624,7 @@ class TurnRunner:
                     emit,
                     notices,
                     clock=self._clock,
-                    preview_chars=self._preview_chars,
+                    preview_chars=self._preview_chars or react.result_preview_chars,
                 )
             )
         blocks = self._with_notices(blocks, notices, state, call_id, now)
@@ -865,9 +866,11 @@ class TurnRunner:
 
     @staticmethod
     def _capped_results(state: TurnState) -> tuple[ArtifactWrite, ...]:
+        """The capped results not stored yet (a turn without a store for its files while it runs)."""
         return tuple(
-            ArtifactWrite(f"{state.turn_id}/results/{path.split('.', 1)[1]}.txt", text.encode("utf-8"))
+            ArtifactWrite(full_result_artifact(state.turn_id, path.split(".")[-2]), text.encode("utf-8"))
             for path, text in sorted(state.full_results.items())
+            if path not in state.stored_results
         )
 
 

@@ -1,7 +1,8 @@
 """One tool call of a round: validate the params, run the tool (with its timeout), turn the result into blocks.
 
 A result joins the sources pool when it carries sources (their SIDs are shown next to it); a result over the
-preview size is shown as a bounded preview and kept whole for ``react.read``.
+preview size (``react.result_preview_chars``) is stored and shown as a bounded preview, and kept whole as a file of
+the turn (:func:`full_result_artifact`), stored as the call ends: ``react.read`` and the files route read it.
 """
 
 from __future__ import annotations
@@ -22,9 +23,15 @@ from berth.runtime.protocol import Action, Decision, ProtocolNotice
 from berth.runtime.sources import Source, source_line
 from berth.runtime.toolbox import ToolBox, ToolNotice
 from berth.runtime.turn import TurnState
+from berth.storage.conversations import ArtifactWrite
 from berth.tools.results import ToolOutput
 
 log = logging.getLogger(__name__)
+
+
+def full_result_artifact(turn_id: str, call_id: str) -> str:
+    """Where the whole text of the capped result of call ``call_id`` is kept among the turn's files."""
+    return f"{turn_id}/results/{call_id}.result.txt"
 
 
 async def execute_tool_call(
@@ -157,6 +164,9 @@ async def execute_tool_call(
     shown = text
     if len(text) > preview_chars:
         state.full_results[result_path] = text
+        if state.store_files is not None:  # kept whole now: downloadable at once, and it outlives the process
+            await state.store_files((ArtifactWrite(full_result_artifact(turn_id, call_id), text.encode("utf-8")),))
+            state.stored_results.add(result_path)
         shown = (
             f"{text[:preview_chars]}\n… [{len(text)} characters in all; read the rest with "
             f"react.read(paths=['{result_path}'], lines='1-200')]"

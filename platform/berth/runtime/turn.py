@@ -68,6 +68,9 @@ class TurnState:
     clock: Callable[[], datetime]
     memory: MemorySearch | None = None
     full_results: dict[str, str] = field(default_factory=dict)
+    """The whole text of each capped tool result, by its ``tc:`` path (the timeline holds a preview)."""
+    stored_results: set[str] = field(default_factory=set)
+    """The ``tc:`` paths of :attr:`full_results` already stored among the turn's files (the commit skips them)."""
     pulled: dict[str, bytes] = field(default_factory=dict)
     editable_from: int = 0
     visible_from: int = 0

@@ -34,9 +34,10 @@ from berth.api.schemas import (
 from berth.api.sse import parse_last_event_id
 from berth.runtime.blocks import BlockType
 from berth.runtime.live import LiveEvent
-from berth.runtime.paths import FilePath, LogicalPathError, parse_path
+from berth.runtime.paths import FilePath, LogicalPathError, ToolCallPath, parse_path
 from berth.runtime.persistence import restore_conversation
 from berth.runtime.sources import citation_lookup
+from berth.runtime.tool_calls import full_result_artifact
 from berth.storage.conversations import StorageError
 from berth.storage.meta import ConversationMeta, Feedback
 from berth.storage.scope import OwnerScope
@@ -403,22 +404,28 @@ async def feedback_report(
 async def conversation_file(
     tenant: str, project: str, conversation_id: str, path: str, who: ScopedCaller, host: Services
 ) -> Response:
-    """A file the user may see: a turn's ``outputs/`` or an attachment (``fi:<turn>.outputs/<rel>``)."""
+    """A file the user may see: a turn's ``outputs/`` or an attachment (``fi:<turn>.outputs/<rel>``), or the whole
+    text of a tool result the timeline holds capped (``tc:<turn>.<call>.result``)."""
     meta = await _conversation(host, who, tenant, project, conversation_id)
     try:
         parsed = parse_path(path, conversation_id=conversation_id)
     except LogicalPathError as exc:
         raise ServiceError(400, exc.code, str(exc)) from None
-    if not isinstance(parsed, FilePath) or parsed.area not in ("outputs", "attachments") or not parsed.rel:
+    if isinstance(parsed, ToolCallPath) and parsed.part == "result":
+        name = f"{parsed.turn_id}.{parsed.call_id}.result.txt"
+        stored = full_result_artifact(parsed.turn_id, parsed.call_id)
+    elif isinstance(parsed, FilePath) and parsed.area in ("outputs", "attachments") and parsed.rel:
+        name = parsed.rel.rsplit("/", 1)[-1]
+        stored = f"{parsed.turn_id}/{parsed.area}/{parsed.rel}"
+    else:
         raise ServiceError(
-            404, "not_found", "only fi:<turn>.outputs/… and fi:<turn>.attachments/… files can be downloaded"
+            404,
+            "not_found",
+            "only fi:<turn>.outputs/…, fi:<turn>.attachments/… and tc:<turn>.<call>.result can be downloaded",
         )
-    name = parsed.rel.rsplit("/", 1)[-1]
     named_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
     try:
-        source = await host.file_source(
-            meta.scope, f"{parsed.turn_id}/{parsed.area}/{parsed.rel}", filename=name, mime=named_type
-        )
+        source = await host.file_source(meta.scope, stored, filename=name, mime=named_type)
     except StorageError:
         raise not_found(f"file {path}") from None
     if source.url is not None:  # a presigned URL of the object store (another origin, always an attachment)

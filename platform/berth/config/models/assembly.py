@@ -242,6 +242,14 @@ class ReactConfig(DescriptorModel):
     conversation_titles: bool = Field(
         True, description="title a conversation with the summarizer role after its first answered turn"
     )
+    result_preview_chars: int = Field(
+        6_000,
+        ge=200,
+        le=1_000_000,
+        description="how much of a tool result the timeline stores and every prompt shows; a longer result is "
+        "capped there and kept whole as a file of its turn (react.read and the files route read it: tc:<turn>.<call>"
+        ".result)",
+    )
     steer: Literal["cancel_stream", "next_decision"] = Field(
         "cancel_stream",
         description="what a user's steer does while the model writes: stop that response and decide again "

@@ -22,12 +22,15 @@ from berth.runtime.paths import (
     PlanAliasPath,
     SkillPath,
     SourcesPath,
+    ToolCallPath,
     parse_path,
 )
 from berth.runtime.render import render_block
+from berth.runtime.tool_calls import full_result_artifact
 from berth.runtime.toolbox import RuntimeTool, ToolNotice, catalog_entries
 from berth.runtime.turn import TurnState
 from berth.runtime.workspace import WorkspaceError
+from berth.storage.conversations import StorageError
 from berth.tools.results import SourceCandidate, ToolOutput
 
 MAX_READ_CHARS = 60_000
@@ -119,6 +122,8 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
             raise ToolNotice("read_paths_missing", f"{path}: no such plan")
         return render_block(block)
     full = state.full_results.get(path)
+    if full is None and isinstance(parsed, ToolCallPath) and parsed.part == "result":
+        full = await _stored_result(state, parsed)
     if full is not None:
         return _slice(full, lines)
     indices = state.timeline.indices_of(path)
@@ -135,6 +140,16 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
         "\n\n".join(render_block(block.model_copy(update={"hidden": False, "replacement": None})) for block in blocks),
         lines,
     )
+
+
+async def _stored_result(state: TurnState, parsed: ToolCallPath) -> str | None:
+    """The whole text of a capped result kept among its turn's files (an earlier turn's, or this one's before a
+    resume); None when it was not capped."""
+    try:
+        data = await state.workspace.handle.read_artifact(full_result_artifact(parsed.turn_id, parsed.call_id))
+    except StorageError:
+        return None
+    return data.decode("utf-8", errors="replace")
 
 
 def _skill_scope(skill: Skill, state: TurnState) -> str:
