@@ -223,7 +223,7 @@ def berth_knowledge(ctx: BundleContext) -> Sequence[KnowledgeSpace]:
 
 @hookspec
 def berth_widgets(ctx: BundleContext) -> Sequence[Widget]:
-    """Contribute UI widgets, served under ``/b/{bundle}/widgets/{alias}/``.
+    """Contribute UI widgets, served under ``/v1/{tenant}/{project}/bundles/{bundle}/widgets/{alias}/…``.
 
     :param ctx: the bundle context.
     :return: :class:`~berth.Widget` objects; their files must exist.

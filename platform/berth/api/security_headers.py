@@ -4,10 +4,10 @@
   its own widgets and is framed by nobody: ``default-src 'self'``, no inline script or style, ``object-src
   'none'``, ``base-uri 'none'``, ``frame-ancestors 'none'``; plus ``X-Content-Type-Options: nosniff``,
   ``Referrer-Policy: no-referrer`` and ``X-Frame-Options: DENY`` for browsers without CSP level 2.
-* A widget (``/b/{bundle}/widgets/…``) is bundle code. Its responses carry ``Content-Security-Policy: sandbox
-  allow-scripts allow-forms``: even opened directly (not in the UI's sandboxed iframe) it runs in an opaque
-  origin, so it can never read the UI's local storage (where the API key is kept) or call the API as the user.
-  It may be framed only by the UI (``frame-ancestors 'self'``).
+* A widget (``/v1/{tenant}/{project}/bundles/{bundle}/widgets/…``) is bundle code. Its responses carry
+  ``Content-Security-Policy: sandbox allow-scripts allow-forms``: even opened directly (not in the UI's sandboxed
+  iframe) it runs in an opaque origin, so it can never read the UI's local storage (where the API key is kept) or
+  call the API as the user. It may be framed only by the UI (``frame-ancestors 'self'``).
 * A conversation's file (``/v1/{tenant}/{project}/conversations/{id}/files/…``) is a user's upload or a tool's
   output: ``Content-Security-Policy: sandbox`` (no script, an opaque origin) whatever its type, and ``nosniff``
   (its type is the sniffed one: :mod:`berth.api.downloads`).
@@ -48,13 +48,14 @@ FILE_HEADERS: Final = (
 )
 OTHER_HEADERS: Final = ((b"x-content-type-options", b"nosniff"),)
 _FILE_PATH: Final = re.compile(r"^/v1/[^/]+/[^/]+/conversations/[^/]+/files/")
+_WIDGET_PATH: Final = re.compile(r"^/v1/[^/]+/[^/]+/bundles/[^/]+/widgets/")
 
 
 def headers_for(path: str) -> tuple[tuple[bytes, bytes], ...]:
     """The hardening headers of a response to ``path``."""
     if path == "/" or path.startswith("/static/"):
         return UI_HEADERS
-    if path.startswith("/b/") and "/widgets/" in path:
+    if _WIDGET_PATH.match(path):
         return WIDGET_HEADERS
     if _FILE_PATH.match(path):
         return FILE_HEADERS

@@ -1,4 +1,5 @@
-"""UI widgets a bundle shows in the web UI's side panel (served under ``/b/{bundle}/widgets/{alias}/``)."""
+"""UI widgets a bundle shows in the web UI's side panel (served under
+``/v1/{tenant}/{project}/bundles/{bundle}/widgets/{alias}/{ticket}/``, to the scopes that enable the bundle)."""
 
 from __future__ import annotations
 

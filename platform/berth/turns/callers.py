@@ -13,6 +13,7 @@ from berth.turns.errors import ServiceError, not_found
 
 if TYPE_CHECKING:
     from berth.config.descriptors import DescriptorSet
+    from berth.config.models.gateway import ApiKey
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,22 @@ def authenticate(headers: Mapping[str, str], descriptors: DescriptorSet) -> Call
             found = candidate
     if found is None:
         raise ServiceError(401, "unauthorized", "unknown API key", headers={"WWW-Authenticate": "Bearer"})
-    projects = frozenset(found.projects) if found.projects is not None else None
-    return Caller(key_id=found.id, tenant=found.tenant, projects=projects, roles=frozenset(found.roles))
+    return caller_of_key(found)
+
+
+def caller_of_key(key: ApiKey) -> Caller:
+    """The caller an API key of ``gateway.yaml`` makes."""
+    projects = frozenset(key.projects) if key.projects is not None else None
+    return Caller(key_id=key.id, tenant=key.tenant, projects=projects, roles=frozenset(key.roles))
+
+
+def caller_by_id(key_id: str, descriptors: DescriptorSet) -> Caller | None:
+    """The caller of the API key with id ``key_id`` as ``gateway.yaml`` has it now (the local caller's id with
+    ``auth: none``); None when there is none (any more)."""
+    auth = descriptors.gateway.auth
+    if auth.mode == "none":
+        return LOCAL_CALLER if key_id == LOCAL_CALLER.key_id else None
+    return next((caller_of_key(key) for key in auth.keys if key.id == key_id), None)
 
 
 def require_scope(caller: Caller, descriptors: DescriptorSet, tenant: str, project: str) -> None:

@@ -51,6 +51,7 @@ from berth.turns.redis_events import RedisTurnEventLog, epoch_floor
 from berth.turns.requests import TurnRequest
 from berth.turns.running import FileSource, LiveDelivery, RunningTurn, events_url, live_event_data, new_id
 from berth.turns.titling import ConversationTitler
+from berth.turns.widget_tickets import WidgetTickets
 from berth.usage import TurnUsageMeter, UsageLedger
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,8 @@ class HostServices:
         self.models: ModelPool | None = None
         self.initial_config: Configuration | None = None
         self.started = False
+        self.widget_tickets = WidgetTickets(lambda: self.config)
+        """Signs and checks the tickets in widget URLs (an iframe cannot send the API key)."""
 
     @property
     def registry(self) -> BundleRegistry:

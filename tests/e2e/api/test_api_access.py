@@ -169,10 +169,12 @@ async def test_bad_requests_get_the_right_status_and_change_nothing(tmp_path: Pa
 @pytest.mark.parametrize("path", ["../../../etc/passwd", "..%2F..%2Fpyproject.toml", "%2e%2e/%2e%2e/x", "nope.html"])
 async def test_widget_paths_never_leave_the_widget_folder(tmp_path: Path, path: str) -> None:
     async with api_stack(tmp_path, [ANSWER]) as stack:
-        ok = await stack.client.get("/b/hello/widgets/greeter/")
+        listing = (await stack.client.get("/v1/acme/support/bundles", headers=stack.auth())).json()
+        url = listing[0]["widgets"][0]["url"]
+        ok = await stack.client.get(url)
         assert ok.status_code == 200
         assert "Greeter" in ok.text
-        response = await stack.client.get(f"/b/hello/widgets/greeter/{path}")
+        response = await stack.client.get(f"{url}{path}")
         assert response.status_code == 404
         assert "root:" not in response.text
 

@@ -50,15 +50,18 @@ async def test_the_ui_and_every_static_file_carry_a_strict_policy(tmp_path: Path
 
 
 async def test_every_widget_response_is_sandboxed_even_errors_and_redirects(tmp_path: Path) -> None:
-    paths = {
-        "/b/hello/widgets/greeter/": 200,
-        "/b/hello/widgets/greeter/index.html": 200,
-        "/b/hello/widgets/greeter": 307,  # to the trailing slash
-        "/b/hello/widgets/greeter/missing.js": 404,
-        "/b/hello/widgets/nope/x": 404,
-        "/b/nope/widgets/greeter/": 404,
-    }
     async with api_stack(tmp_path, DONE) as stack:
+        listing = (await stack.client.get("/v1/acme/support/bundles", headers=stack.auth())).json()
+        url = listing[0]["widgets"][0]["url"]  # /v1/acme/support/bundles/hello/widgets/greeter/<ticket>/
+        paths = {
+            url: 200,
+            url + "index.html": 200,
+            url.rstrip("/"): 307,  # to the trailing slash
+            url + "missing.js": 404,
+            url.replace("/greeter/", "/nope/") + "x": 404,
+            url.replace("/hello/", "/nope/"): 404,
+            "/v1/acme/support/bundles/hello/widgets/greeter/forged/": 404,
+        }
         for path, status in paths.items():
             answer = await stack.client.get(path)
             assert answer.status_code == status, path

@@ -48,7 +48,11 @@ def test_a_widget_opened_directly_cannot_read_the_uis_storage(strict_page: Page,
     page = strict_page
     sign_in(page, keyed_host, "support")
     assert page.evaluate("localStorage.getItem('berth.apiKey')") == "acme-web-dev-key"
-    page.goto(keyed_host.url + "/b/hello/widgets/greeter/")
+    page.select_option("#bundle-select", "hello")  # the greeter is hello's widget
+    page.wait_for_selector("#widgets iframe", state="attached")
+    widget = page.locator("#widgets iframe").get_attribute("src")  # the greeter's URL, with its ticket
+    assert widget is not None
+    page.goto(keyed_host.url + widget)
     page.wait_for_selector("#greet")
     probe = page.evaluate(
         """() => {

@@ -339,7 +339,8 @@ def test_sign_in_with_an_api_key_then_chat_in_the_keys_project(page: Page, keyed
     assert options.count() == 2
     assert "(default)" in page.inner_text("#bundle-select option[value='docs']")
     page.select_option("#bundle-select", "hello")
-    assert page.locator("#widgets iframe").get_attribute("src") == "/b/hello/widgets/greeter/"
+    src = page.locator("#widgets iframe").get_attribute("src")
+    assert src is not None and src.startswith("/v1/acme/support/bundles/hello/widgets/greeter/")  # + its ticket
 
     send(page, "Hi from ACME")
     wait_for_turns(page, 1)

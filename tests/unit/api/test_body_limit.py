@@ -19,7 +19,7 @@ from berth.config.models.gateway import GatewayDescriptor
         ("/v1//x", None),
         ("/healthz", None),
         ("/", None),
-        ("/b/hello/widgets/greeter/index.html", None),
+        ("/v1/acme/support/bundles/hello/widgets/greeter/t/index.html", "acme"),
     ],
 )
 def test_the_tenant_of_a_path(path: str, tenant: str | None) -> None:

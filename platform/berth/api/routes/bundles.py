@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import mimetypes
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -51,7 +52,13 @@ async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Servi
         except Exception:
             generation = None
         widgets = [
-            WidgetOut(alias=w.alias, title=w.title, icon=w.icon, url=f"/b/{bundle_id}/widgets/{w.alias}/")
+            WidgetOut(
+                alias=w.alias,
+                title=w.title,
+                icon=w.icon,
+                url=f"/v1/{tenant}/{project}/bundles/{bundle_id}/widgets/{w.alias}/"
+                f"{host.widget_tickets.issue(who, tenant, project, bundle_id, w.alias)}/",
+            )
             for w in (generation.widgets.values() if generation else [])
         ]
         out.append(
@@ -68,13 +75,24 @@ async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Servi
     return out
 
 
-@router.get("/b/{bundle_id}/widgets/{alias}/{path:path}", include_in_schema=True)
-def widget_file(bundle_id: str, alias: str, path: str, host: Services) -> Response:
-    """A widget's static file; paths never leave the widget's folder."""
+@router.get("/v1/{tenant}/{project}/bundles/{bundle_id}/widgets/{alias}/{ticket}/{path:path}")
+async def widget_file(
+    tenant: str, project: str, bundle_id: str, alias: str, ticket: str, path: str, host: Services
+) -> Response:
+    """A widget's file, for the holder of the ticket its URL in the bundle listing carries (an iframe cannot send
+    the API key): 404 unless the ticket is valid for this key, scope, bundle and widget, the key still covers the
+    scope and the scope enables the bundle. Paths never leave the widget's folder."""
+    host.widget_tickets.check(ticket, tenant, project, bundle_id, alias)
+    await host.admission.check_request(tenant)
     try:
         generation = host.registry.current(bundle_id)
     except Exception:
         raise not_found(f"bundle {bundle_id}") from None
+    return await asyncio.to_thread(_widget_response, generation, alias, path)
+
+
+def _widget_response(generation: BundleGeneration, alias: str, path: str) -> Response:
+    """The response of one of ``generation``'s widget files (read off the event loop)."""
     widget = generation.widgets.get(alias)
     if widget is None:
         raise not_found(f"widget {alias}")

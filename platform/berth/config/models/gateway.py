@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 from pydantic import Field, field_validator, model_validator
 
-from berth.config.models.common import DescriptorModel, ScopeKey, ScopeName, partial_model
+from berth.config.models.common import DescriptorModel, ScopeKey, ScopeName, SecretSetting, partial_model
 
 Role = Literal["user", "admin"]
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="hex SHA-256 of the API key")]
@@ -164,6 +164,23 @@ class AttachmentsConfig(DescriptorModel):
     antivirus: AntivirusConfig | None = Field(None, description="scan every attachment with ClamAV (clamd)")
 
 
+class WidgetAccess(DescriptorModel):
+    """How a bundle's widget is loaded without the API key (an iframe cannot send it): the bundle listing hands out
+    URLs with a ticket signed for the key, scope, bundle and widget (``berth.turns.widget_tickets``)."""
+
+    ticket_ttl_s: int = Field(
+        3600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="a widget URL from the bundle listing works for one to two of these periods",
+    )
+    signing_key: SecretSetting | None = Field(
+        None,
+        description="the key tickets are signed with (secret:NAME); default: a random key per process, so a ticket "
+        "works only on the API process that issued it: set it when several API processes serve the UI",
+    )
+
+
 class CorsConfig(DescriptorModel):
     """Cross-origin callers allowed by the API."""
 
@@ -239,6 +256,7 @@ class GatewayDescriptor(DescriptorModel):
     backpressure: Backpressure = Field(default_factory=Backpressure)
     attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
     cors: CorsConfig = Field(default_factory=CorsConfig)
+    widgets: WidgetAccess = Field(default_factory=WidgetAccess)
     budgets: list[Budget] = Field(
         default_factory=list, description="token and cost limits per tenant, project or user, per UTC day or month"
     )
