@@ -35,13 +35,17 @@ def _status_rows(host: HostServices) -> list[dict[str, Any]]:
             if status.error
             else None
         )
+        row["tool_threads"] = {  # the tenants whose calls made a pool, and its state
+            pool.tenant: pool.to_json() for pool in host.registry.tool_threads.statuses(status.id)
+        }
         rows.append(row)
     return rows
 
 
 @router.get("/bundles")
 async def admin_bundles(who: Admin, host: Services) -> dict[str, Any]:
-    """Every bundle with this process's generation, state and last error (file, line, traceback)."""
+    """Every bundle with this process's generation, state and last error (file, line, traceback), and its sync tool
+    threads by tenant (``degraded`` while stuck ones refuse its calls)."""
     return {"worker": host.runtime.worker_id, "bundles": _status_rows(host)}
 
 
