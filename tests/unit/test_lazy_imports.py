@@ -70,7 +70,9 @@ def test_the_plugin_modules_import_no_backend() -> None:
     )
     backends = ("anthropic", "httpx", "trafilatura", "boto3", "botocore", "docker", "asyncpg", "numpy", "sqlite3")
     code = "\n".join(f"import {module}" for module in plugins)
-    assert modules_after(code, (*backends, "berth.runtime", "berth.default_plugins.storage.sqlite")) == []
+    lazy = ("berth.runtime", "berth.default_plugins.storage.sqlite", "berth.default_plugins.tools.web.pack")
+    watched = (*backends, *lazy)
+    assert modules_after(code, watched) == []
 
 
 def test_the_model_events_do_not_import_the_renderer() -> None:
@@ -105,11 +107,13 @@ def test_the_knowledge_modules_load_their_parsers_and_numpy_on_first_use() -> No
 def test_the_constants_named_to_spare_an_import_match_their_source() -> None:
     from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 
+    import berth.default_plugins.tools.web as web_plugin
     from berth.api import mcp_server
     from berth.default_plugins.tools.web import pack, searxng
 
     assert mcp_server.MCP_SESSION_ID_HEADER == MCP_SESSION_ID_HEADER
     assert pack.SEARXNG == searxng.BACKEND_NAME
+    assert web_plugin.WEB_PACK_ID == pack.PACK_ID
 
 
 def test_the_documented_error_responses_are_built_once() -> None:

@@ -1,7 +1,8 @@
 """API errors: one JSON shape, ``{"error": {"code", "message", "details"}}``, never a stack trace.
 
-:class:`ServiceError` is raised far from HTTP (admission, the host services a worker runs on too), so FastAPI is
-imported only by :func:`install_error_handlers`, when an app is built.
+The turn service raises :class:`~berth.turns.errors.ServiceError` (admission, callers, the host services a worker
+runs on too); this module answers it over HTTP. FastAPI is imported only by :func:`install_error_handlers`, when an
+app is built.
 """
 
 from __future__ import annotations

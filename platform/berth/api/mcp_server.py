@@ -40,7 +40,6 @@ from berth.host.registry import ReloadOutcome
 from berth.runtime.toolbox import ToolNotice
 from berth.tools.packs import ToolPackFactory
 from berth.tools.results import ToolOutput
-from berth.tools.scoped import tools_in_scope
 from berth.tools.spec import ToolSpec
 from berth.turns.callers import Caller, authenticate
 from berth.turns.errors import ServiceError, not_found
@@ -99,9 +98,7 @@ def exposed_tools(
 ) -> dict[str, ExposedTool]:
     """The tools ``generation`` offers in ``context``'s scope, by id: its functions and its packs' tools
     (a pack not installed on this host offers nothing; MCP servers the bundle consumes are not re-exported)."""
-    scoped = tools_in_scope(
-        generation.bundle_id, generation.hooks.tools(context), context, tool_packs, generation.loop.run
-    )
+    scoped = generation.tools_in(context, tool_packs)
     return {tool_id: ExposedTool(tool_id, spec) for tool_id, spec in scoped.specs.items()}
 
 

@@ -133,6 +133,20 @@ class WidgetOut(BaseModel):
     url: str
 
 
+class ToolThreadsOut(BaseModel):
+    """The threads the bundle's sync tools run in for this tenant."""
+
+    state: str = Field(
+        description="ok, or degraded: its stuck threads reached degraded_at; sync tool calls are "
+        "refused with tool_pool_exhausted until they return"
+    )
+    size: int
+    degraded_at: int
+    busy: int = Field(description="threads held by calls, stuck ones included")
+    stuck: int = Field(description="threads whose call timed out or was cancelled and that have not returned")
+    waiting: int = Field(description="calls waiting for a thread")
+
+
 class BundleOut(BaseModel):
     """A bundle the caller may use."""
 
@@ -141,8 +155,12 @@ class BundleOut(BaseModel):
     description: str
     version: str | None
     default: bool
-    state: str
+    state: str = Field(
+        description="loaded, degraded (loaded, but its sync tools are refused for this tenant: see "
+        "tool_threads), failed or not_loaded"
+    )
     widgets: list[WidgetOut]
+    tool_threads: ToolThreadsOut
 
 
 class FeedbackReport(BaseModel):

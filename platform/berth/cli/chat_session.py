@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 import click
 import httpx
+
+from berth.cli.chat_view import HELP, ChatView, PlainView
 
 if TYPE_CHECKING:
     from berth.runtime.live import LiveKind
@@ -23,10 +27,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChatBackend",
+    "ChatRefusedError",
     "HttpChat",
     "InProcessChat",
     "Lines",
+    "LocalCommand",
+    "TurnShown",
     "converse",
+    "parse_line",
     "print_events",
     "refusal_text",
     "split_live_line",
@@ -36,8 +44,19 @@ STEER_PREFIX = "/steer "
 Lines = AsyncIterator[str]
 
 
+class ChatRefusedError(Exception):
+    """The host refused to start a conversation (the message says why)."""
+
+
 class ChatBackend(Protocol):
     """Where the chat's turns run."""
+
+    async def new_conversation(self, bundle: str | None) -> str:
+        """Start a new conversation (with ``bundle``, or the current one); return the bundle it talks to.
+
+        :raises ChatRefusedError: the host refused it.
+        """
+        ...
 
     async def start(self, text: str) -> Lines | None:
         """Start a turn; return its SSE lines, or None when the host refused it (the refusal is printed)."""
@@ -73,11 +92,22 @@ def refusal_text(status: int, body: bytes) -> str:
         return f"HTTP {status}"
 
 
-async def print_events(lines: Lines) -> str | None:
-    """Print a turn's SSE lines: the answer as it streams, tool calls, notices, live events, follow-ups, the
-    title, failures. Return the events URL of the next turn when the ended turn started one."""
-    event = ""
+@dataclass
+class TurnShown:
+    """What the chat keeps of a turn it showed: the next turn's events URL (when the turn started one) and the
+    answer's follow-up suggestions (picked by number)."""
+
     next_turn: str | None = None
+    followups: list[str] = field(default_factory=list)
+
+
+async def print_events(lines: Lines, view: ChatView | None = None) -> TurnShown:
+    """Show a turn's SSE lines: the answer as it streams, tool calls and their results, notices, live events,
+    follow-ups, the title, failures."""
+    view = view or PlainView()
+    event = ""
+    shown = TurnShown()
+    answering = False
     async for line in lines:
         if line.startswith("event: "):
             event = line[7:]
@@ -86,41 +116,91 @@ async def print_events(lines: Lines) -> str | None:
             continue
         data = json.loads(line[6:])
         if event == "channel.delta" and data.get("marker") == "answer":
-            click.echo(data["text"], nl=False)
+            answering = True
+            view.answer_delta(data["text"])
         elif event == "tool.call":
-            click.secho(f"  · {data['tool_id']}", fg="cyan", err=True)
+            view.tool_call(str(data.get("call_id", "")), data["tool_id"])
+        elif event == "tool.result":
+            view.tool_result(
+                str(data.get("call_id", "")), data["tool_id"], bool(data.get("ok")), data.get("summary", "")
+            )
         elif event == "notice":  # as the web UI shows them: a quiet line (a queued turn says so here)
-            if data.get("code") == "stream_cancelled":
-                click.echo()
-            click.secho(f"  ! {data.get('message')}", dim=True, err=True)
+            if data.get("code") == "stream_cancelled" and answering:
+                view.answer_end()
+                answering = False
+            view.note(f"! {data.get('message')}")
         elif event in ("user.followup", "user.steer"):
-            click.secho(f"  + {data['kind']} taken: {data['message']}", fg="yellow", err=True)
+            view.note(f"+ {data['kind']} taken: {data['message']}", tone="live")
         elif event == "conversation.titled":
-            click.secho(f"  title: {data['title']}", dim=True, err=True)
+            view.note(f"title: {data['title']}")
         elif event == "turn.completed":
-            click.echo()
-            for followup in data.get("followups") or []:
-                click.secho(f"  → {followup}", fg="green")
-            next_turn = (data.get("next_turn") or {}).get("events_url")
+            view.answer_end()
+            answering = False
+            shown.followups = [str(text) for text in data.get("followups") or []]
+            view.followups(shown.followups)
+            shown.next_turn = (data.get("next_turn") or {}).get("events_url")
         elif event == "turn.failed":
-            click.secho(f"\nturn failed [{data.get('code')}]: {data.get('message')}", fg="red", err=True)
-            next_turn = (data.get("next_turn") or {}).get("events_url")
-    return next_turn
+            if answering:
+                view.answer_end()
+                answering = False
+            view.failed(str(data.get("code")), str(data.get("message")))
+            shown.next_turn = (data.get("next_turn") or {}).get("events_url")
+    return shown
 
 
-async def converse(backend: ChatBackend, lines: asyncio.Queue[str | None], *, live: bool = True) -> None:
-    """Run the chat: each line starts a turn, or goes to the running one; ``None`` in ``lines`` ends it.
+@dataclass(frozen=True)
+class LocalCommand:
+    """A line the chat handles itself instead of sending it: ``help``, ``new``, ``bundle`` (with ``argument``),
+    ``quit``, or ``unknown``."""
+
+    name: str
+    argument: str = ""
+
+
+def parse_line(text: str, followups: list[str]) -> LocalCommand | str:
+    """What a line typed between turns means: a :class:`LocalCommand`, or the message to send (a follow-up
+    suggestion's text for its number, ``/text`` for ``//text``)."""
+    stripped = text.strip()
+    if stripped.isdigit() and 1 <= int(stripped) <= len(followups):
+        return followups[int(stripped) - 1]
+    if stripped.startswith("//"):
+        return stripped[1:]
+    if not stripped.startswith("/"):
+        return text
+    name, _, argument = stripped[1:].partition(" ")
+    name = {"exit": "quit", "q": "quit", "?": "help"}.get(name.lower(), name.lower())
+    if name in ("help", "new", "quit") or (name == "bundle" and argument.strip()):
+        return LocalCommand(name, argument.strip())
+    return LocalCommand("unknown", stripped)
+
+
+async def converse(
+    backend: ChatBackend, lines: asyncio.Queue[str | None], *, live: bool = True, view: ChatView | None = None
+) -> None:
+    """Run the chat: each line starts a turn, goes to the running one, or is a command the chat handles itself
+    (:func:`parse_line`); ``None`` in ``lines`` ends it.
 
     With ``live`` off, a line waits for the running turn to end and starts the next (scripted input).
     """
+    view = view or PlainView()
+    followups: list[str] = []
+    view.prompt()
     text = await lines.get()
     while text is not None:
+        parsed = parse_line(text, followups)
+        if isinstance(parsed, LocalCommand):
+            if parsed.name == "quit":
+                return
+            await _run_command(backend, parsed, view)
+            view.prompt()
+            text = await lines.get()
+            continue
         if not live:
-            click.secho(f"> {text}", fg="yellow")
-        stream = await backend.start(text)
+            click.secho(f"> {parsed}", fg="yellow")
+        stream = await backend.start(parsed)
         ended = False
         while stream is not None:
-            printing = asyncio.ensure_future(print_events(stream))
+            printing = asyncio.ensure_future(print_events(stream, view))
             stream = None
             while live and not printing.done():
                 typed = asyncio.ensure_future(lines.get())
@@ -139,19 +219,57 @@ async def converse(backend: ChatBackend, lines: asyncio.Queue[str | None], *, li
                     await printing
                     stream = started
                     break
-            next_url = printing.result() if printing.done() else await printing
-            if stream is None and next_url is not None:
-                stream = await backend.follow(next_url)
-        text = None if ended else await lines.get()
+            shown = printing.result() if printing.done() else await printing
+            followups = shown.followups
+            if stream is None and shown.next_turn is not None:
+                stream = await backend.follow(shown.next_turn)
+        if ended:
+            return
+        view.prompt()
+        text = await lines.get()
+
+
+async def _run_command(backend: ChatBackend, command: LocalCommand, view: ChatView) -> None:
+    """Do what a local command says, and say what was done."""
+    if command.name == "help":
+        for line in HELP.splitlines():
+            view.note(line, tone="ok")
+    elif command.name in ("new", "bundle"):
+        bundle = command.argument or None
+        try:
+            started = await backend.new_conversation(bundle)
+        except ChatRefusedError as refused:
+            view.note(f"cannot start a conversation: {refused}", tone="error")
+            return
+        view.note(f"new conversation with {started}", tone="ok")
+    else:
+        view.note(f"unknown command {command.argument!r}: /help lists them (//text sends /text)", tone="error")
 
 
 class HttpChat:
     """A conversation on a running host, over its HTTP API."""
 
-    def __init__(self, client: httpx.AsyncClient, prefix: str, conversation_id: str) -> None:
+    def __init__(self, client: httpx.AsyncClient, prefix: str, bundle: str | None = None) -> None:
         self._client = client
-        self._turns = f"{prefix}/conversations/{conversation_id}/turns"
+        self._prefix = prefix
+        self._bundle = bundle
+        self._turns = ""
         self._turn_id: str | None = None
+        self.conversation_id: str | None = None
+        """The current conversation (after :meth:`new_conversation`)."""
+
+    async def new_conversation(self, bundle: str | None) -> str:
+        """POST a conversation (with ``bundle``, else the last one asked for, else the project's default)."""
+        bundle = bundle or self._bundle
+        created = await self._client.post(f"{self._prefix}/conversations", json={"bundle": bundle} if bundle else {})
+        if created.status_code != 201:
+            raise ChatRefusedError(refusal_text(created.status_code, created.content))
+        body = created.json()
+        self._bundle = body.get("bundle") or bundle
+        self.conversation_id = str(body["id"])
+        self._turns = f"{self._prefix}/conversations/{self.conversation_id}/turns"
+        self._turn_id = None
+        return str(self._bundle or "the default bundle")
 
     async def start(self, text: str) -> Lines | None:
         """Start a turn with one request that streams its events."""
@@ -195,16 +313,41 @@ class HttpChat:
 class InProcessChat:
     """A conversation on a host in this process."""
 
-    def __init__(self, services: HostServices, scope: ConversationScope, bundle_id: str) -> None:
+    def __init__(self, services: HostServices, tenant: str, project: str) -> None:
         self._services = services
-        self._scope = scope
-        self._bundle_id = bundle_id
+        self._tenant = tenant
+        self._project = project
+        self._scope: ConversationScope | None = None
+        self._bundle_id = ""
         self._turn_id: str | None = None
+
+    async def new_conversation(self, bundle: str | None) -> str:
+        """Create a conversation with ``bundle`` (else the current one, else the project's default)."""
+        from berth.storage.meta import ConversationMeta
+        from berth.storage.scope import ConversationScope
+        from berth.turns.running import new_id
+
+        visible = self._services.config.descriptors.scope_bundles(self._tenant, self._project)
+        chosen = (
+            bundle or self._bundle_id or visible.default_bundle or (visible.bundles[0] if visible.bundles else None)
+        )
+        if chosen is None or chosen not in visible.bundles:
+            offered = ", ".join(visible.bundles) or "none"
+            raise ChatRefusedError(f"bundle {chosen!r} is not available in {self._tenant}/{self._project} ({offered})")
+        now = datetime.now(UTC)
+        scope = ConversationScope(
+            tenant=self._tenant, project=self._project, user_id="local", conversation_id=new_id("c")
+        )
+        assert self._services.meta is not None
+        await self._services.meta.create_conversation(ConversationMeta(scope, None, chosen, now, now))
+        self._scope, self._bundle_id, self._turn_id = scope, chosen, None
+        return chosen
 
     async def start(self, text: str) -> Lines | None:
         """Start a turn on the host."""
         from berth.turns.errors import ServiceError
 
+        assert self._scope is not None
         try:
             running = await self._services.start_turn(self._scope, self._bundle_id, text)
         except ServiceError as refused:
@@ -217,7 +360,7 @@ class InProcessChat:
         from berth.runtime.live import LiveEvent
         from berth.turns.errors import ServiceError
 
-        assert self._turn_id is not None
+        assert self._turn_id is not None and self._scope is not None
         try:
             delivery = await self._services.deliver_live_event(
                 self._scope, self._turn_id, LiveEvent(kind, text), bundle_id=self._bundle_id

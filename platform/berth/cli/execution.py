@@ -94,7 +94,6 @@ async def _run(
         return run.envelope.to_json()
     from berth.host.registry import BundleRegistry
     from berth.knowledge.service import KnowledgeService
-    from berth.tools.scoped import tools_in_scope
 
     knowledge = KnowledgeService.for_config(config)
     knowledge.auto_refresh = False  # tools run here; the host indexes the knowledge spaces
@@ -106,9 +105,7 @@ async def _run(
     try:
         async with registry.use(bundle_id) as generation:
             context = registry.context_for(generation, tenant, project)
-            scoped = tools_in_scope(
-                bundle_id, generation.hooks.tools(context), context, plugins.tool_packs(), generation.loop.run
-            )
+            scoped = generation.tools_in(context, plugins.tool_packs())
             run = await execution.service.run(
                 code,
                 backend=backend,

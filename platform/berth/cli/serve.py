@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,29 +140,39 @@ async def _feed_lines(given: tuple[str, ...], lines: asyncio.Queue[str | None]) 
     """Put the ``-m`` messages in ``lines``, else what is typed until end of input (then None).
 
     Typed lines are read on a thread, so the user can type while an answer streams: such a line goes to the
-    running turn as a follow-up (``/steer …``: a steer).
+    running turn as a follow-up (``/steer …``: a steer). The view shows the prompt when the chat waits.
     """
     for text in given:  # echoed as each starts its turn
         await lines.put(text)
     if not given:
-        click.secho("(type while an answer streams to add a follow-up; '/steer …' changes its direction)", dim=True)
+        click.secho("(/help lists the commands; type while an answer streams to add a follow-up)", dim=True)
         while True:
             try:
-                text = await asyncio.to_thread(input, "> ")
-            except EOFError:
+                text = await asyncio.to_thread(sys.stdin.readline)
+            except (EOFError, ValueError):
+                break
+            if not text:  # end of input
                 break
             if text.strip():
-                await lines.put(text)
+                await lines.put(text.rstrip("\n"))
     await lines.put(None)
 
 
-async def _converse(backend: ChatBackend, given: tuple[str, ...]) -> None:
-    from berth.cli.chat_session import converse
+async def _converse(backend: ChatBackend, bundle: str | None, given: tuple[str, ...]) -> None:
+    from berth.cli.chat_session import ChatRefusedError, converse
+    from berth.cli.chat_view import PlainView, chat_view
 
+    try:
+        chosen = await backend.new_conversation(bundle)
+    except ChatRefusedError as refused:
+        raise click.ClickException(f"cannot start a conversation: {refused}") from None
+    view = PlainView() if given else chat_view()
+    if not given:
+        click.secho(f"talking to {chosen}", dim=True)
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     feeding = asyncio.create_task(_feed_lines(given, lines))
     try:
-        await converse(backend, lines, live=not given)
+        await converse(backend, lines, live=not given, view=view)
     finally:
         feeding.cancel()
 
@@ -173,37 +182,21 @@ async def _chat_over_http(
 ) -> None:
     import httpx
 
-    from berth.cli.chat_session import HttpChat, refusal_text
+    from berth.cli.chat_session import HttpChat
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
-        prefix = f"/v1/{tenant}/{project}"
-        created = await client.post(f"{prefix}/conversations", json={"bundle": bundle} if bundle else {})
-        if created.status_code != 201:
-            refused = refusal_text(created.status_code, created.content)
-            raise click.ClickException(f"cannot start a conversation: {refused}")
-        await _converse(HttpChat(client, prefix, created.json()["id"]), message)
+        await _converse(HttpChat(client, f"/v1/{tenant}/{project}"), bundle, message)
 
 
 async def _chat_in_process(
     services: HostServices, tenant: str, project: str, bundle: str | None, message: tuple[str, ...]
 ) -> None:
     from berth.cli.chat_session import InProcessChat
-    from berth.storage.meta import ConversationMeta
-    from berth.storage.scope import ConversationScope
-    from berth.turns.running import new_id
 
     await services.start()
     try:
-        visible = services.config.descriptors.scope_bundles(tenant, project)
-        chosen = bundle or visible.default_bundle or (visible.bundles[0] if visible.bundles else None)
-        if chosen is None or chosen not in visible.bundles:
-            raise click.ClickException(f"bundle {chosen!r} is not available in {tenant}/{project}")
-        now = datetime.now(UTC)
-        scope = ConversationScope(tenant=tenant, project=project, user_id="local", conversation_id=new_id("c"))
-        assert services.meta is not None
-        await services.meta.create_conversation(ConversationMeta(scope, None, chosen, now, now))
-        await _converse(InProcessChat(services, scope, chosen), message)
+        await _converse(InProcessChat(services, tenant, project), bundle, message)
     finally:
         await services.stop()
 

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from berth.execution.supervisor import SupervisorRefusal
+from berth.tools.notices import ToolNotice
 from berth.tools.results import ToolOutput
 from berth.tools.spec import ToolSpec
 
@@ -33,6 +34,8 @@ class ScopedToolDispatch:
         except ValidationError as error:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in error.errors())
             raise SupervisorRefusal("tool_params_invalid", f"params of {tool_id}: {problems}") from None
+        except ToolNotice as notice:  # the bundle's tool threads are stuck: tool_pool_exhausted
+            raise SupervisorRefusal(notice.code, notice.message) from None
         output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
         if output.is_error:
             raise SupervisorRefusal("tool_failed", str(output.value))

@@ -26,7 +26,6 @@ from berth.execution.supervisor import Supervisor
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
 from berth.knowledge.service import KnowledgeService
-from berth.tools.scoped import tools_in_scope
 
 
 class SupervisorStartError(Exception):
@@ -52,9 +51,7 @@ async def supervising(environment: Mapping[str, str], descriptors_dir: Path) -> 
             raise SupervisorStartError(f"bundle '{payload.bundle_id}' failed to load: {failed[0].error}")
         async with registry.use(payload.bundle_id) as generation:
             context = registry.context_for(generation, payload.tenant, payload.project)
-            scoped = tools_in_scope(
-                payload.bundle_id, generation.hooks.tools(context), context, plugins.tool_packs(), generation.loop.run
-            )
+            scoped = generation.tools_in(context, plugins.tool_packs())
             supervisor = Supervisor(
                 Path(payload.socket_path),
                 payload.token,

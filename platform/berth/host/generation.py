@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +20,9 @@ from berth.host.bundle_loop import BundleLoop
 from berth.knowledge.space import SpaceIndex
 from berth.tools.catalog import ToolCatalog
 from berth.tools.mcp import McpToolManager
+from berth.tools.packs import ToolPackFactory
+from berth.tools.scoped import ScopedTools, tools_in_scope
+from berth.tools.threads import ToolThreadPools
 
 SourceKind = Literal["entry_point", "path"]
 
@@ -112,6 +115,9 @@ class BundleGeneration:
     mcp: McpToolManager | None = None
     loop: BundleLoop = field(default_factory=lambda: BundleLoop("a bundle"))
     """Where the generation's coroutines run (its async tools and hooks), never the host's loop."""
+    tool_threads: ToolThreadPools = field(default_factory=ToolThreadPools)
+    """Where its sync tools run, per tenant: the registry's pools, shared by the bundle's generations (a reload
+    frees no stuck thread)."""
     loaded_at: float = field(default_factory=time.time)
     users: int = 0
     retired: bool = False
@@ -121,6 +127,14 @@ class BundleGeneration:
     def hooks(self) -> BundleHooks:
         """Typed hook calls on this generation."""
         return BundleHooks(self.manager, self.loop)
+
+    def tools_in(self, context: BundleContext, tool_packs: Mapping[str, ToolPackFactory]) -> ScopedTools:
+        """The bundle's callable tools in ``context``'s scope: async ones run on the generation's loop, sync ones
+        in the bundle's tool threads for the scope's tenant."""
+        threads = self.tool_threads.pool(self.bundle_id, context.tenant or "-")  # "-": outside any scope
+        return tools_in_scope(
+            self.bundle_id, self.hooks.tools(context), context, tool_packs, self.loop.run, threads.run
+        )
 
 
 def _flatten(results: Iterable[Any]) -> list[Any]:

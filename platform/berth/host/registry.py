@@ -23,6 +23,7 @@ from berth.host.generation import BundleGeneration
 from berth.host.importer import bundle_entry_points, purge_modules
 from berth.host.loader import load_generation
 from berth.knowledge.service import KnowledgeService
+from berth.tools.threads import ToolThreadPools
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,9 @@ class BundleRegistry:
         self._listeners: list[ReloadListener] = []
         # Scoped contexts by (bundle, generation number, tenant, project): every turn asks for one.
         self._contexts: dict[tuple[str, int, str, str], BundleContext] = {}
+        limits = config.settings_for().tool_threads
+        self.tool_threads = ToolThreadPools(limits.size, limits.degraded_at)
+        """Where the bundles' sync tools run, per bundle and tenant; every generation of a bundle shares its pools."""
 
     @property
     def config(self) -> Configuration:
@@ -126,6 +130,7 @@ class BundleRegistry:
                 log.error("bundle %s generation %d failed to load: %s", bundle_id, number, exc.error)
                 outcome = ReloadOutcome(bundle_id, False, None, exc.error, time.perf_counter() - started, reason)
             else:
+                generation.tool_threads = self.tool_threads
                 previous = self._current.get(bundle_id)
                 self._current[bundle_id] = generation
                 self._errors.pop(bundle_id, None)
@@ -161,6 +166,8 @@ class BundleRegistry:
                     return [outcome]
         self._config = config
         self._contexts.clear()
+        limits = config.settings_for().tool_threads
+        self.tool_threads.configure(limits.size, limits.degraded_at)
         for bundle_id, generation in list(self._current.items()):
             if bundle_id not in new_entries:
                 del self._current[bundle_id]

@@ -58,7 +58,7 @@ from berth.storage.conversations import ArtifactWrite, ConversationHandle, Conve
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, StreamEvent, render_citations
 from berth.tools.packs import ToolPackFactory
-from berth.tools.scoped import EXEC_PACK, tools_in_scope
+from berth.tools.scoped import EXEC_PACK
 
 if TYPE_CHECKING:
     from berth.execution.profiles import Execution
@@ -748,9 +748,7 @@ class TurnRunner:
         with_memory: bool,
     ) -> ToolBox:
         toolbox = ToolBox()
-        scoped = tools_in_scope(
-            generation.bundle_id, generation.hooks.tools(context), context, self._tool_packs, generation.loop.run
-        )
+        scoped = generation.tools_in(context, self._tool_packs)
         for tool_id, spec in scoped.specs.items():
             toolbox.add(function_tool(tool_id, spec))
         toolbox.inactive.update(scoped.inactive)

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from berth.bundle.skills import Skill
 from berth.runtime.turn import TurnState
 from berth.tools.calls import ToolCall, calling
+from berth.tools.notices import ToolNotice as ToolNotice  # re-exported: the runtime's tools raise it
 from berth.tools.spec import ToolSpec
 
 ToolRunner = Callable[[BaseModel, TurnState], Awaitable[Any]]
@@ -27,15 +28,6 @@ ToolRunner = Callable[[BaseModel, TurnState], Awaitable[Any]]
 # generation), and generating its schema costs far more than a turn's other setup; a reloaded bundle's
 # classes are new keys, and the old ones drop out with their classes.
 _SCHEMA_TEXTS: weakref.WeakKeyDictionary[type[BaseModel], str] = weakref.WeakKeyDictionary()
-
-
-class ToolNotice(Exception):  # noqa: N818 - a notice the model sees, not an error of the host
-    """A tool failure the model should see as a ``react.notice`` with a stable code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        self.message = message
-        super().__init__(f"{code}: {message}")
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ StorageErrorCode: TypeAlias = Literal[
     "turn_in_progress",
     "turn_owned",
     "turn_needs_isolation",
+    "store_probe_failed",
 ]
 
 

@@ -24,7 +24,6 @@ from berth.bundle.context import BundleContext
 from berth.config import Configuration
 from berth.host.generation import BundleGeneration
 from berth.host.registry import BundleRegistry, ReloadOutcome
-from berth.tools.scoped import tools_in_scope
 
 BundleSpec = Sequence[str] | Mapping[str, Mapping[str, Any]]
 
@@ -65,7 +64,7 @@ class BundleHost:
         """Call one of the bundle's function tools as the runtime would (params validated)."""
         generation = self.generation(bundle_id)
         context = self.context(bundle_id, tenant, project)
-        scoped = tools_in_scope(bundle_id, generation.hooks.tools(context), context, {}, generation.loop.run)
+        scoped = generation.tools_in(context, {})
         spec = scoped.specs.get(tool_id)
         if spec is None:
             raise KeyError(f"bundle '{bundle_id}' has no function tool '{tool_id}'")

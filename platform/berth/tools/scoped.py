@@ -14,7 +14,7 @@ from berth.bundle.context import BundleContext
 from berth.tools.catalog import build_catalog
 from berth.tools.contributions import McpServer, merge_tool_contributions
 from berth.tools.packs import EXEC_PACK, RUNTIME_PACKS, PackContext, ToolPackFactory
-from berth.tools.spec import CoroutineRunner, ToolSpec
+from berth.tools.spec import CoroutineRunner, ThreadRunner, ToolSpec
 
 __all__ = ["EXEC_PACK", "ScopedTools", "tools_in_scope"]
 
@@ -36,16 +36,18 @@ def tools_in_scope(
     context: BundleContext,
     tool_packs: Mapping[str, ToolPackFactory],
     runner: CoroutineRunner | None = None,
+    threads: ThreadRunner | None = None,
 ) -> ScopedTools:
     """Build the catalog from ``berth_tools`` results and instantiate its tool packs for ``context``'s scope.
 
     ``runner`` runs the bundle's own async tools (its generation's loop); tool packs are host code and run on
-    the caller's loop.
+    the caller's loop. ``threads`` runs every sync tool of the scope, the bundle's and its packs' (the bundle's
+    tool threads for ``context``'s tenant, :mod:`berth.tools.threads`), never the default executor storage uses.
     """
     scoped = ScopedTools()
     for entry in build_catalog(bundle_id, merge_tool_contributions(contributions)):
         if entry.spec is not None:
-            scoped.specs[entry.tool_id] = entry.spec.running_on(runner) if runner is not None else entry.spec
+            scoped.specs[entry.tool_id] = entry.spec.running_on(runner, threads)
         elif entry.server is not None:
             scoped.servers.append(entry.server)
         elif entry.pack is not None and entry.pack.id in RUNTIME_PACKS:
@@ -66,6 +68,6 @@ def tools_in_scope(
                     secret=context.secret,
                 )
             )
-            scoped.specs.update({f"{entry.pack.id}.{spec.name}": spec for spec in pack.tools})
+            scoped.specs.update({f"{entry.pack.id}.{spec.name}": spec.running_on(None, threads) for spec in pack.tools})
             scoped.inactive.update(pack.inactive)
     return scoped

@@ -39,6 +39,14 @@ class CoroutineRunner(Protocol):
         ...
 
 
+class ThreadRunner(Protocol):
+    """Runs a sync function in a thread (a bundle's own tool threads) and awaits its result."""
+
+    def __call__(self, function: Callable[..., Any], arguments: Mapping[str, Any], *, what: str = "") -> Awaitable[Any]:
+        """Call ``function(**arguments)`` in a thread; ``what`` names the call in logs and refusals."""
+        ...
+
+
 class ToolDefinitionError(TypeError):
     """A function cannot be a tool; the message names the function, its file and line."""
 
@@ -56,6 +64,9 @@ class ToolSpec:
     runner: CoroutineRunner | None = field(default=None, repr=False, compare=False)
     """Where an async function's coroutine runs: a bundle generation's own loop (see
     :class:`~berth.host.bundle_loop.BundleLoop`); None runs it on the caller's loop (the host's own tools)."""
+    threads: ThreadRunner | None = field(default=None, repr=False, compare=False)
+    """Where a sync function runs: its bundle's tool threads for the caller's tenant (see
+    :mod:`berth.tools.threads`); None runs it on the event loop's default executor (a spec no host serves)."""
 
     @property
     def is_async(self) -> bool:
@@ -95,11 +106,13 @@ class ToolSpec:
         if self.is_async:
             coroutine = cast(Callable[..., Coroutine[Any, Any, Any]], self.function)(**arguments)
             return self.runner(coroutine, what=f"tool '{self.name}'") if self.runner is not None else coroutine
+        if self.threads is not None:
+            return self.threads(self.function, arguments, what=f"tool '{self.name}'")
         return asyncio.to_thread(self.function, **arguments)
 
-    def running_on(self, runner: CoroutineRunner) -> ToolSpec:
-        """This spec with its coroutines run by ``runner``."""
-        return replace(self, runner=runner)
+    def running_on(self, runner: CoroutineRunner | None, threads: ThreadRunner | None = None) -> ToolSpec:
+        """This spec with its coroutines run by ``runner`` and its sync function in ``threads`` (None: as it was)."""
+        return replace(self, runner=runner or self.runner, threads=threads or self.threads)
 
 
 @overload

@@ -8,13 +8,14 @@ attempts, retries, turns that could not be run, time in the queue); the turn run
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import TurnResult
+from berth.tools.threads import ToolThreadsStatus
 
 
 class Metrics:
@@ -48,6 +49,7 @@ class Metrics:
             registry=self.registry,
         )
         self._queue_metrics()
+        self._tool_thread_metrics()
         self.http = Histogram(
             "berth_http_request_duration_seconds",
             "HTTP request latency",
@@ -125,6 +127,49 @@ class Metrics:
             ["operation"],
             registry=registry,
         )
+
+    def _tool_thread_metrics(self) -> None:
+        """The bundles' sync tool threads, per bundle and tenant (:mod:`berth.tools.threads`), read at each scrape."""
+        registry, labels = self.registry, ["bundle", "tenant"]
+        self.tool_threads_busy = Gauge(
+            "berth_tool_threads_busy", "Threads a bundle's sync tools hold for a tenant", labels, registry=registry
+        )
+        self.tool_threads_stuck = Gauge(
+            "berth_tool_threads_stuck",
+            "Threads whose call timed out (or was cancelled) and that have not returned",
+            labels,
+            registry=registry,
+        )
+        self.tool_threads_degraded = Gauge(
+            "berth_tool_threads_degraded",
+            "1 while a bundle's stuck threads reach platform.tool_threads.degraded_at for a tenant: its sync tool "
+            "calls are refused with tool_pool_exhausted",
+            labels,
+            registry=registry,
+        )
+        self.tool_calls_stuck = Counter(
+            "berth_tool_calls_stuck", "Sync tool calls whose thread outlived their caller", labels, registry=registry
+        )
+        self.tool_calls_refused = Counter(
+            "berth_tool_calls_refused",
+            "Sync tool calls refused with tool_pool_exhausted (their bundle degraded for the tenant)",
+            labels,
+            registry=registry,
+        )
+        self._tool_totals: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def observe_tool_threads(self, statuses: Iterable[ToolThreadsStatus]) -> None:
+        """Set the ``berth_tool_threads_*`` gauges from the pools, and advance the counters by what they counted
+        since the last scrape."""
+        for status in statuses:
+            key = (status.bundle_id, status.tenant)
+            self.tool_threads_busy.labels(*key).set(status.busy)
+            self.tool_threads_stuck.labels(*key).set(status.stuck)
+            self.tool_threads_degraded.labels(*key).set(1 if status.degraded else 0)
+            stuck_seen, refused_seen = self._tool_totals.get(key, (0, 0))
+            self.tool_calls_stuck.labels(*key).inc(status.stuck_total - stuck_seen)
+            self.tool_calls_refused.labels(*key).inc(status.refused_total - refused_seen)
+            self._tool_totals[key] = (status.stuck_total, status.refused_total)
 
     def turn_attempt(self, tenant: str) -> None:
         """Count one attempt at a queued turn of ``tenant`` (a claim that goes on to run it)."""

@@ -1,4 +1,5 @@
-"""Which of a distributed deployment's services answer: PostgreSQL (and its schema), Redis, the artifact store.
+"""Which of a distributed deployment's services answer: PostgreSQL (and its schema), Redis, the artifact store; and
+whether embedded storage answers a round-trip.
 
 ``berth run --check-services`` (and ``berth worker --check-services``) print the probes and exit; ``/readyz`` of an
 API process in distributed mode reports them too, under the stable keys ``postgres``, ``redis`` and ``artifacts``
@@ -9,6 +10,8 @@ password.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from berth.host.connections import distributed_backend
 from berth.host.plugins import PlatformPlugins
 from berth.storage.redis_client import connect_redis
 
-__all__ = ["ServiceProbe", "probe_backend", "probe_services"]
+__all__ = ["ServiceProbe", "probe_backend", "probe_embedded_storage", "probe_services"]
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -34,11 +37,11 @@ class ServiceProbe:
     detail: str
 
 
-async def _probe(service: str, check: Any) -> ServiceProbe:
+async def _probe(service: str, check: Any, timeout_s: float = PROBE_TIMEOUT_S) -> ServiceProbe:
     try:
-        detail = await asyncio.wait_for(check, PROBE_TIMEOUT_S)
+        detail = await asyncio.wait_for(check, timeout_s)
     except TimeoutError:
-        return ServiceProbe(service, False, f"no answer within {PROBE_TIMEOUT_S:g} s")
+        return ServiceProbe(service, False, f"no answer within {timeout_s:g} s")
     except ConfigError as error:
         return ServiceProbe(service, False, str(error))
     except (OSError, RedisError, KeyError, RuntimeError, ValueError) as error:
@@ -46,6 +49,18 @@ async def _probe(service: str, check: Any) -> ServiceProbe:
     except Exception as error:  # a driver's own error type (asyncpg, botocore): reported, never raised
         return ServiceProbe(service, False, f"{type(error).__name__}: {error}")
     return ServiceProbe(service, True, str(detail))
+
+
+async def probe_embedded_storage(parts: Sequence[Any], timeout_s: float) -> ServiceProbe:
+    """Embedded storage's round-trip: each part's ``ping()`` (a write and a read back in a storage thread: the
+    conversation database, the metadata database), all within ``timeout_s``; the key ``storage``."""
+
+    async def ping_all() -> str:
+        began = time.perf_counter()
+        details = [str(await part.ping()) for part in parts]
+        return f"{'; '.join(details)} in {(time.perf_counter() - began) * 1000:.1f} ms"
+
+    return await _probe("storage", ping_all(), timeout_s)
 
 
 async def probe_backend(backend: Any, redis: Any) -> list[ServiceProbe]:

@@ -40,9 +40,9 @@ async def test_typing_during_a_turn_sends_a_steer_the_turn_takes(
     close_gate()
     async with api_stack(tmp_path, [HOLD, ANSWER], bundles=gate_bundles(tmp_path)) as stack:
         stack.client.headers.update(stack.auth())
-        created = await stack.client.post("/v1/acme/support/conversations", json={})
-        conversation = created.json()["id"]
-        chat = StartedChat(stack.client, "/v1/acme/support", conversation)
+        chat = StartedChat(stack.client, "/v1/acme/support")
+        await chat.new_conversation(None)
+        conversation = chat.conversation_id
         lines: asyncio.Queue[str | None] = asyncio.Queue()
         talking = asyncio.create_task(converse(chat, lines))
         await lines.put("hold, then answer")

@@ -149,4 +149,5 @@ def test_chat_in_process_streams_answers_of_consecutive_turns(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("`hello.greet` answered: Hello, friend!") == 2
     assert "[Greeting (Wikipedia)](https://en.wikipedia.org/wiki/Greeting)" in result.stdout
-    assert "→ What can this bundle do?" in result.stdout
+    assert "  1. What can this bundle do?" in result.stdout  # numbered: typing 1 sends it
+    assert result.stderr.count("✓ hello.greet") == 2  # each tool line marked ok when its result comes

@@ -102,6 +102,12 @@ CASES = {
         "exec: {default_profile: dokker}",
         r"assembly\.yaml:27 tenants\.acme\.projects\.internal\.exec: default_profile 'dokker' is not a profile",
     ),
+    "tool threads degraded past their size": (
+        "assembly.yaml",
+        "  embedder: {provider: builtin}\n",
+        "  embedder: {provider: builtin}\n  tool_threads: {size: 2, degraded_at: 3}\n",
+        r"assembly\.yaml:20 platform\.tool_threads: degraded_at \(3\) must not exceed size \(2\)",
+    ),
 }
 
 

@@ -42,6 +42,11 @@ def _status_rows(host: HostServices, who: Caller) -> list[dict[str, Any]]:
             if status.error
             else None
         )
+        row["tool_threads"] = {  # the tenants whose calls made a pool, and its state
+            pool.tenant: pool.to_json()
+            for pool in host.registry.tool_threads.statuses(status.id)
+            if who.tenant in ("*", pool.tenant)
+        }
         rows.append(row)
     return rows
 
@@ -49,7 +54,8 @@ def _status_rows(host: HostServices, who: Caller) -> list[dict[str, Any]]:
 @router.get("/bundles")
 async def admin_bundles(who: Admin, host: Services) -> dict[str, Any]:
     """Every bundle (the key's scopes enable) with this process's generation, state and last error (file, line,
-    traceback)."""
+    traceback), and its sync tool threads by tenant (the key's tenants; ``degraded`` while stuck ones refuse its
+    calls)."""
     return {"worker": host.runtime.worker_id, "bundles": _status_rows(host, who)}
 
 

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, Response
 from berth.api.deps import caller, scoped_caller, services
 from berth.api.errors import SCOPED_ERRORS
 from berth.api.safe_paths import file_under
-from berth.api.schemas import BundleOut, WidgetOut
+from berth.api.schemas import BundleOut, ToolThreadsOut, WidgetOut
 from berth.host.generation import BundleGeneration
 from berth.turns.callers import Caller
 from berth.turns.errors import not_found
@@ -41,7 +41,8 @@ async def who_am_i(request: Request, host: Services) -> dict[str, Any]:
 
 @router.get("/v1/{tenant}/{project}/bundles", response_model=list[BundleOut])
 async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Services) -> list[BundleOut]:
-    """The bundles this caller may use here, with their widgets."""
+    """The bundles this caller may use here, with their widgets and their tool threads for this tenant (``state``
+    ``degraded`` while they are stuck)."""
     scope = host.config.descriptors.scope_bundles(tenant, project)
     statuses = {status.id: status for status in host.registry.statuses()}
     out = []
@@ -61,6 +62,8 @@ async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Servi
             )
             for w in (generation.widgets.values() if generation else [])
         ]
+        threads = host.registry.tool_threads.status(bundle_id, tenant)
+        state = status.state if status else "not_loaded"
         out.append(
             BundleOut(
                 id=bundle_id,
@@ -68,8 +71,9 @@ async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Servi
                 description=generation.info.description if generation else "",
                 version=generation.info.version if generation else None,
                 default=bundle_id == (scope.default_bundle or scope.bundles[0]),
-                state=status.state if status else "not_loaded",
+                state="degraded" if state == "loaded" and threads.degraded else state,
                 widgets=widgets,
+                tool_threads=ToolThreadsOut(**threads.to_json()),
             )
         )
     return out

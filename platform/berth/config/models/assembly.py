@@ -402,6 +402,49 @@ class MetricsConfig(DescriptorModel):
     )
 
 
+class ToolThreadsConfig(DescriptorModel):
+    """The threads bundles' sync tools run in: a bounded set per bundle and tenant, never shared with storage
+    (read from the platform level)."""
+
+    size: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="threads one bundle's sync tools may use at once for one tenant; a call beyond them waits "
+        "for one (within its timeout_s)",
+    )
+    degraded_at: int | None = Field(
+        None,
+        ge=1,
+        description="stuck threads (their call timed out or was cancelled, the thread still runs) at which the "
+        "bundle is degraded for that tenant: its new sync tool calls end at once with tool_pool_exhausted until "
+        "enough of them return; default: size (every thread stuck)",
+    )
+
+    @model_validator(mode="after")
+    def _degraded_at_within_size(self) -> ToolThreadsConfig:
+        if self.degraded_at is not None and self.degraded_at > self.size:
+            raise ValueError(f"degraded_at ({self.degraded_at}) must not exceed size ({self.size})")
+        return self
+
+    @property
+    def stuck_limit(self) -> int:
+        """The stuck threads that degrade a bundle for a tenant (``degraded_at``, else ``size``)."""
+        return self.degraded_at if self.degraded_at is not None else self.size
+
+
+class ReadinessConfig(DescriptorModel):
+    """What ``/readyz`` waits for (read from the platform level)."""
+
+    storage_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="how long /readyz waits for its storage round-trip (a write and a read through the store's "
+        "own threads) before it answers 503",
+    )
+
+
 class PlatformConfig(DescriptorModel):
     """The ``platform:`` section: settings every tenant inherits."""
 
@@ -412,6 +455,8 @@ class PlatformConfig(DescriptorModel):
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    tool_threads: ToolThreadsConfig = Field(default_factory=ToolThreadsConfig)
+    readiness: ReadinessConfig = Field(default_factory=ReadinessConfig)
     secret_providers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="options per secret-provider plugin, e.g. aws-sm: {region: ...}"
     )

@@ -27,7 +27,7 @@ SecretName = Annotated[str, Field(pattern=SECRET_NAME_PATTERN, description="a se
 class DescriptorModel(BaseModel):
     """Base of every descriptor model: unknown keys are errors, values are immutable records."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
 
 
 class SecretSetting:

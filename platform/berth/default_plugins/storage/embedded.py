@@ -57,6 +57,11 @@ class EmbeddedStorageBackend:
             await self._conversations.aclose()
             raise
 
+    async def ping(self) -> str:
+        """A write and a read back through a storage thread (what ``/readyz`` asks); raises when storage cannot."""
+        await self._conversations.database.probe()
+        return f"sqlite {self._conversations.database.path.name}: wrote and read back"
+
     async def aclose(self) -> None:
         """Close the memory index and the conversation store."""
         try:

@@ -3,7 +3,6 @@ several nodes sharing a mounted file system)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -12,6 +11,7 @@ from typing import Final
 
 from berth.config.errors import ConfigError
 from berth.config.models.assembly import LocalArtifacts
+from berth.default_plugins.storage.threads import in_storage_thread
 from berth.hooks import hookimpl
 from berth.storage.artifacts import ArtifactStoreFactory
 
@@ -45,12 +45,12 @@ class LocalArtifactStore:
                 os.fsync(file.fileno())
             temporary.replace(path)
 
-        await asyncio.to_thread(write)
+        await in_storage_thread(write)
 
     async def get(self, key: str) -> bytes:
         """The object's bytes (``KeyError`` when missing)."""
         try:
-            return await asyncio.to_thread(self._path(key).read_bytes)
+            return await in_storage_thread(self._path(key).read_bytes)
         except FileNotFoundError:
             raise KeyError(key) from None
 
@@ -58,11 +58,11 @@ class LocalArtifactStore:
         """The object in pieces of 256 KiB."""
         path = self._path(key)
         try:
-            file = await asyncio.to_thread(open, path, "rb")
+            file = await in_storage_thread(open, path, "rb")
         except FileNotFoundError:
             raise KeyError(key) from None
         try:
-            while piece := await asyncio.to_thread(file.read, CHUNK):
+            while piece := await in_storage_thread(file.read, CHUNK):
                 yield piece
         finally:
             file.close()
@@ -80,7 +80,7 @@ class LocalArtifactStore:
                 raise PermissionError(f"{self.root} is not writable")
             return f"folder {self.root}"
 
-        return await asyncio.to_thread(probe)
+        return await in_storage_thread(probe)
 
     async def aclose(self) -> None:
         """Nothing to release."""

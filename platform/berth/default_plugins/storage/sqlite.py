@@ -43,7 +43,6 @@ it later (its owner, another process on the same root, died meanwhile); a live o
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -59,6 +58,7 @@ from typing import Final, Literal, Self, TypeVar, cast, overload
 
 from berth.default_plugins.storage.owners import RootOwners
 from berth.default_plugins.storage.sqlite_database import SqliteDatabase
+from berth.default_plugins.storage.threads import in_storage_thread
 from berth.storage.conversations import (
     ArtifactWrite,
     BlockRecord,
@@ -419,7 +419,7 @@ class SqliteConversationHandle:
             if known is not None:
                 return known
         # A write: turns left unfinished by a process that is gone are recorded as interrupted.
-        return await asyncio.to_thread(
+        return await in_storage_thread(
             database.write, lambda connection: self._load(connection, known_version, turn_index=turn_index)
         )
 
@@ -438,7 +438,7 @@ class SqliteConversationHandle:
                 raise StorageError("turn_not_found", f"this conversation has no turn {turn_id!r}")
             return TurnLog(turn=_turn_record(row), rounds=self._rounds(connection, conversation, turn_id))
 
-        return await asyncio.to_thread(self._store.database.read, work)
+        return await in_storage_thread(self._store.database.read, work)
 
     async def read_artifact(self, path: str) -> bytes:
         """Return a committed artifact of this conversation."""
@@ -459,7 +459,7 @@ class SqliteConversationHandle:
                 raise StorageError("artifact_not_found", f"no committed artifact at {checked!r}")
             return (self._folder / "blobs" / digest).read_bytes()
 
-        return await asyncio.to_thread(work)
+        return await in_storage_thread(work)
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -615,7 +615,7 @@ class SqliteConversationHandle:
         """Store files a running turn produced (blobs first, then their rows), before the turn announces them."""
         if not files:
             return
-        blobs = await asyncio.to_thread(self._write_blobs, files)
+        blobs = await in_storage_thread(self._write_blobs, files)
 
         def work(connection: sqlite3.Connection) -> None:
             conversation, _, _, _ = self._turn_state(connection, turn_id)
@@ -645,7 +645,7 @@ class SqliteConversationHandle:
             rows = self._store.database.read(lookup)
             return tuple(ArtifactWrite(path, (self._folder / "blobs" / digest).read_bytes()) for path, digest in rows)
 
-        return await asyncio.to_thread(work)
+        return await in_storage_thread(work)
 
     async def commit_turn(self, commit: TurnCommit) -> int:
         """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version.
@@ -653,7 +653,7 @@ class SqliteConversationHandle:
         The blobs are written first; the transaction that makes them visible commits together with the
         other commits queued meanwhile (group commit: one ``fsync`` for all of them).
         """
-        blobs = await asyncio.to_thread(self._write_blobs, commit.artifacts) if commit.artifacts else []
+        blobs = await in_storage_thread(self._write_blobs, commit.artifacts) if commit.artifacts else []
 
         def work(connection: sqlite3.Connection) -> int:
             conversation, _, rounds, committed = self._turn_state(connection, commit.turn_id)
@@ -757,10 +757,10 @@ class SqliteConversationStore:
     async def open(self) -> None:
         """Claim the root for this instance, create the database (WAL) and its tables, move an earlier
         release's timeline files in, then record the turns of processes that are gone as interrupted."""
-        await asyncio.to_thread(self.owners.claim)
+        await in_storage_thread(self.owners.claim)
         try:
-            await asyncio.to_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
-            await asyncio.to_thread(self._adopt_timeline_files)
+            await in_storage_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
+            await in_storage_thread(self._adopt_timeline_files)
             self.interrupted_at_open = await self.recover_interrupted_turns()
         except BaseException:
             await self.aclose()
@@ -796,8 +796,8 @@ class SqliteConversationStore:
                 for _, turn_id, state, _, tenant, project, user_id, conversation_id in gone
             )
 
-        interrupted = await asyncio.to_thread(self.database.write, work)
-        await asyncio.to_thread(owners.sweep)
+        interrupted = await in_storage_thread(self.database.write, work)
+        await in_storage_thread(owners.sweep)
         return interrupted
 
     def _adopt_timeline_files(self) -> None:
@@ -852,9 +852,9 @@ class SqliteConversationStore:
         """Close the database, then give up the root (this instance's unfinished turns count as interrupted
         from then on); the store refuses further work."""
         try:
-            await asyncio.to_thread(self.database.close)
+            await in_storage_thread(self.database.close)
         finally:
-            await asyncio.to_thread(self.owners.release)
+            await in_storage_thread(self.owners.release)
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -895,7 +895,7 @@ class SqliteConversationStore:
                 )
             return tuple(records)
 
-        return await asyncio.to_thread(self.database.read, work)
+        return await in_storage_thread(self.database.read, work)
 
     # -- turns this instance accepted or began and has not ended ------------------------------
 

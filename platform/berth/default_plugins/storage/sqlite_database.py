@@ -25,10 +25,12 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from berth.default_plugins.storage.threads import in_storage_thread
 from berth.storage.conversations import StorageError
 
 __all__ = ["SqliteDatabase"]
@@ -139,7 +141,7 @@ class SqliteDatabase:
     async def read_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run a short read (see :meth:`read`) on this thread when the database is free, else in a worker thread."""
         if not self._lock.acquire(blocking=False):
-            return await asyncio.to_thread(self.read, work)
+            return await in_storage_thread(self.read, work)
         try:
             return self._read(work)
         finally:
@@ -181,7 +183,7 @@ class SqliteDatabase:
         while self._queued:
             jobs, self._queued = self._queued, []
             try:
-                outcomes = await asyncio.to_thread(self._run_group, [work for work, _ in jobs])
+                outcomes = await in_storage_thread(self._run_group, [work for work, _ in jobs])
             except BaseException as exc:  # the task itself was cancelled (the loop is closing)
                 outcomes = [(False, StorageError("store_closed", f"the write was not committed: {exc!r}"))] * len(jobs)
                 for (_, future), outcome in zip(jobs, outcomes, strict=True):
@@ -197,7 +199,29 @@ class SqliteDatabase:
             self._checkpointer is None or self._checkpointer.done()
         ):
             self._writes_since_checkpoint = 0
-            self._checkpointer = asyncio.get_running_loop().create_task(asyncio.to_thread(self.checkpoint))
+            self._checkpointer = asyncio.get_running_loop().create_task(in_storage_thread(self.checkpoint))
+
+    async def probe(self) -> None:
+        """A round-trip through a storage thread: write a row (not ``fsync``-ed) and read it back; raises
+        :class:`StorageError` when it cannot. ``/readyz`` asks this, so a store whose threads or write lock are
+        taken answers "not ready" instead of a cheerful 200."""
+        stamp = time.time()
+
+        def work(connection: sqlite3.Connection) -> float:
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS berth_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL NOT NULL)"
+            )
+            connection.execute(
+                "INSERT INTO berth_probe (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = excluded.at",
+                (stamp,),
+            )
+            row = connection.execute("SELECT at FROM berth_probe WHERE id = 1").fetchone()
+            return float(row[0])
+
+        self._count_write()  # one WAL page each time: the next checkpoint takes it back
+        read = await in_storage_thread(self.write, work, durable=False)
+        if read != stamp:
+            raise StorageError("store_probe_failed", f"{self.path.name}: wrote {stamp!r} and read back {read!r}")
 
     def checkpoint(self) -> None:
         """Copy the WAL's committed pages into the database file (``PASSIVE``: nobody is waited for).

@@ -8,7 +8,6 @@ result can come from outside the caller's scope.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sqlite3
 from array import array
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Final, cast
 
 from berth.default_plugins.storage.sqlite import DATABASE_FILE, SqliteDatabase
+from berth.default_plugins.storage.threads import in_storage_thread
 from berth.storage.memory import LexicalHit, MemoryEntry, MemoryFilter, MemoryKind
 from berth.storage.scope import ConversationScope
 
@@ -142,12 +142,12 @@ class SqliteMemoryIndex:
 
     async def open(self) -> None:
         """Create the index tables (and the database, in WAL mode, if it is new)."""
-        await asyncio.to_thread(self.database.open, _SCHEMA)
+        await in_storage_thread(self.database.open, _SCHEMA)
 
     async def aclose(self) -> None:
         """Close the connection (a shared one is closed by its owner)."""
         if self._owns_database:
-            await asyncio.to_thread(self.database.close)
+            await in_storage_thread(self.database.close)
 
     async def add(self, entries: tuple[MemoryEntry, ...]) -> None:
         """Insert or replace entries (keyed by conversation and path), in one transaction."""
@@ -191,7 +191,7 @@ class SqliteMemoryIndex:
             rows = connection.execute(_LEXICAL_SQL, (match, *_filter_parameters(where), limit)).fetchall()
             return tuple(LexicalHit(entry=_entry(row), score=float(row[11])) for row in rows)
 
-        return await asyncio.to_thread(self.database.read, work)
+        return await in_storage_thread(self.database.read, work)
 
     async def list_entries(self, where: MemoryFilter) -> tuple[MemoryEntry, ...]:
         """Return every entry ``where`` admits, oldest first."""
@@ -199,4 +199,4 @@ class SqliteMemoryIndex:
         def work(connection: sqlite3.Connection) -> tuple[MemoryEntry, ...]:
             return tuple(_entry(row) for row in connection.execute(_LIST_SQL, _filter_parameters(where)))
 
-        return await asyncio.to_thread(self.database.read, work)
+        return await in_storage_thread(self.database.read, work)

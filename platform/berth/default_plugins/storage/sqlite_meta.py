@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from berth.default_plugins.storage.sqlite_database import SqliteDatabase
+from berth.default_plugins.storage.threads import in_storage_thread
 from berth.storage.meta import ConversationMeta, Feedback, TitleSource
 from berth.storage.scope import ConversationScope, OwnerScope
 from berth.storage.usage import SpentRow, UsageGrouping, UsageRecord, UsageTotals
@@ -88,11 +88,16 @@ class SqliteMetaStore:
 
     async def open(self) -> None:
         """Create the folder, the database and its tables."""
-        await asyncio.to_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
+        await in_storage_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
+
+    async def ping(self) -> str:
+        """A write and a read back through a storage thread (what ``/readyz`` asks); raises when it cannot."""
+        await self.database.probe()
+        return f"sqlite {self.database.path.name}: wrote and read back"
 
     async def aclose(self) -> None:
         """Close the database (after any statement still running in a worker thread)."""
-        await asyncio.to_thread(self.database.close)
+        await in_storage_thread(self.database.close)
 
     async def _read(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return await self.database.read_now(lambda connection: connection.execute(sql, parameters).fetchall())
