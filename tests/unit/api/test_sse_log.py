@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from berth.api.sse import parse_last_event_id
 from berth.runtime.events import TurnEvent
+from berth.testing.secrets import only_registered
 from berth.turns.event_log import HEARTBEAT, TurnEventLog, encode_frame
 
 
@@ -114,3 +115,32 @@ def test_foreign_or_malformed_last_event_ids_resume_from_the_start() -> None:
     assert parse_last_event_id("turn_1", "turn_1:x") == 0
     assert parse_last_event_id("turn_1", None) == 0
     assert parse_last_event_id("turn_1", "turn_1:7") == 7
+
+
+@given(secret=st.text(min_size=4, max_size=16), data=st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=4))
+def test_a_frame_never_carries_a_registered_secret_in_its_strings(secret: str, data: dict[str, Any]) -> None:
+    payload = {**data, "message": f"the backend refused {secret}", "nested": [{"text": secret}]}
+    with only_registered(secret):
+        line = data_line(encode_frame("turn_1:1", TurnEvent("notice", payload)))
+    decoded = json.loads(line)
+    assert "***" in decoded["message"]
+    assert not any(secret in text for text in strings_of(decoded))
+
+
+def test_a_frame_without_a_secret_is_encoded_as_before() -> None:
+    event = TurnEvent("notice", {"code": "tool_failed", "message": "the backend refused"})
+    with only_registered("tok-live-0123"):
+        assert encode_frame("turn_1:1", event) == (
+            b'id: turn_1:1\nevent: notice\ndata: {"code":"tool_failed","message":"the backend refused"}\n\n'
+        )
+
+
+def strings_of(value: Any) -> list[str]:
+    """Every string of decoded JSON, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (*strings_of(key), *strings_of(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in strings_of(item)]
+    return []
