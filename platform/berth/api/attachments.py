@@ -9,6 +9,7 @@ import codecs
 import fnmatch
 import io
 import logging
+import re
 import zipfile
 from collections.abc import Sequence
 
@@ -16,10 +17,14 @@ import filetype
 
 from berth.config.models.gateway import AntivirusConfig, AttachmentsConfig
 from berth.gateway.antivirus import AntivirusUnavailableError, ClamdScanner
+from berth.runtime.paths import LogicalPathError, parse_path
 from berth.runtime.workspace import WorkspaceError, safe_relative_path
 from berth.turns.errors import ServiceError
 
 log = logging.getLogger(__name__)
+
+_UNSAFE_IN_NAMES = re.compile(r"[/\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Slashes, backslashes and the control characters a logical path refuses (:mod:`berth.runtime.paths`)."""
 
 
 SNIFF_BYTES = 65_536
@@ -63,10 +68,16 @@ def _check_zip(name: str, data: bytes, config: AttachmentsConfig) -> None:
 
 
 def check_attachment(name: str, data: bytes, config: AttachmentsConfig) -> tuple[str, str]:
-    """Validate one attachment; return its safe file name and sniffed content type."""
+    """Validate one attachment; return its safe file name and sniffed content type.
+
+    Slashes, backslashes and control characters in the name become ``_``; a name that still makes no file path
+    (``..``, longer than a logical path may be) is refused: 400 ``attachment_name``.
+    """
+    cleaned = _UNSAFE_IN_NAMES.sub("_", name) or "attachment"
     try:
-        safe_name = safe_relative_path(name.replace("/", "_").replace("\\", "_") or "attachment")
-    except WorkspaceError:
+        safe_name = safe_relative_path(cleaned)
+        parse_path(f"fi:turn_0.attachments/{safe_name}")  # the name makes the attachment's logical path
+    except (WorkspaceError, LogicalPathError):
         raise ServiceError(400, "attachment_name", f"attachment name {name!r} is not usable") from None
     if len(data) > config.max_file_bytes:
         raise ServiceError(

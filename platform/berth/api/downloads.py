@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Final
-from urllib.parse import quote
 
 from berth.api.attachments import SNIFF_BYTES, sniff_mime
+from berth.storage.downloads import content_disposition
 
 INLINE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
 """Types served ``inline``: a browser displays them and runs nothing of them (SVG, which can hold script, sniffs as
@@ -23,9 +23,7 @@ text and is an attachment)."""
 def disposition(mime: str, filename: str) -> str:
     """The ``Content-Disposition`` of a file of sniffed type ``mime``: ``inline`` for :data:`INLINE_TYPES`,
     ``attachment`` otherwise, naming ``filename`` (ASCII, and UTF-8 per RFC 6266)."""
-    kind = "inline" if mime in INLINE_TYPES else "attachment"
-    ascii_name = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in filename) or "file"
-    return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename, safe='')}"
+    return content_disposition(filename or "file", "inline" if mime in INLINE_TYPES else "attachment")
 
 
 def content_type(mime: str) -> str:

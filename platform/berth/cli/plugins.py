@@ -43,8 +43,15 @@ def _as_json(record: PluginRecord) -> dict[str, object]:
 @plugins_group.command("list")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def list_plugins(output_format: str) -> None:
-    """Show every platform plugin: loaded, failed (with the error's file:line) or disabled by BERTH_*PLUGINS."""
-    records = PlatformPlugins.discover().records
+    """Show every platform plugin: loaded, failed (with the error's file:line) or disabled by BERTH_*PLUGINS.
+
+    Every hook is called as a host would call it, so a plugin whose hook fails is listed as failed (a host leaves
+    it out); two plugins registering one name are reported on stderr (a host refuses to start with them).
+    """
+    plugins = PlatformPlugins.discover()
+    for conflict in plugins.call_every_hook():
+        click.echo(f"error [{conflict.code}]: {conflict}", err=True)
+    records = plugins.records
     if output_format == "json":
         click.echo(json.dumps([_as_json(record) for record in records], indent=2))
         return

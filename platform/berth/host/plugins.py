@@ -7,8 +7,12 @@ comma-separated entry-point names.
 A plugin that fails is reported and left out; the host goes on. It fails when its module raises on import
 (``plugin_import_failed``), when its hooks do not match Berth's hookspecs (``plugin_invalid_hooks``: pluggy's
 validation error, or a ``berth_*`` hook that does not exist), or when one of its hooks raises while the host
-collects what it contributes (``plugin_hook_failed``). Each failure is logged once per process at WARNING with
-the entry point's name, its distribution and the error's file:line, and listed by ``berth plugins list``.
+collects what it contributes (``plugin_hook_failed``). "Raises" means any exception, ``SystemExit``,
+``GeneratorExit`` and the other base exceptions included (a plugin that calls ``sys.exit()`` on import does not end
+the host): only a ``KeyboardInterrupt`` goes on up, since it is the user's, not the plugin's. Each failure is
+logged once per process at WARNING with the entry point's name, its distribution and the error's file:line, and
+listed by ``berth plugins list``, which calls every hook as the host would
+(:meth:`PlatformPlugins.call_every_hook`), so a plugin whose hook fails is listed as failed, not loaded.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal, cast
 
 import pluggy
@@ -100,7 +105,9 @@ class PlatformPlugins:
                 continue
             try:
                 module = point.load()
-            except Exception as exc:  # a plugin's import may raise anything; it is reported, never fatal
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # a plugin's import may raise anything (sys.exit too); reported, never fatal
                 error = load_error_from_exception(PLUGIN_IMPORT_FAILED, exc, _source_roots(point.module))
                 plugins._fail(name, package, version, _with_location(error, exc))
                 continue
@@ -113,6 +120,15 @@ class PlatformPlugins:
             self._manager.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
             self._fail(name, package, version, _invalid_hooks_error(plugin, str(exc)))
+            return
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # listing its attributes ran its code (an object plugin's __dir__)
+            if self._manager.get_plugin(name) is not None:
+                self._manager.unregister(name=name)
+            roots = _source_roots(type(plugin).__module__ if not isinstance(plugin, ModuleType) else plugin.__name__)
+            error = load_error_from_exception(PLUGIN_INVALID_HOOKS, exc, roots, "reading its hooks")
+            self._fail(name, package, version, _with_location(error, exc))
             return
         unknown = [caller.name for caller in self._manager.get_hookcallers(plugin) or [] if not caller.has_spec()]
         if unknown:
@@ -129,6 +145,31 @@ class PlatformPlugins:
         if self._manager.get_plugin(name) is not None:
             self._manager.unregister(name=name)
         self._records.pop(name, None)
+
+    def call_every_hook(self) -> list[PluginConflictError]:
+        """Collect what every loaded plugin contributes, through every accessor, as a host would.
+
+        A plugin whose hook raises is recorded as failed (and left out), so :attr:`records` then says which
+        plugins a host would run. Returns the conflicts found (two plugins registering one name), which a host
+        refuses to start with, instead of raising the first.
+        """
+        conflicts = []
+        for accessor in (
+            self.secret_providers,
+            self.storage_backends,
+            self.knowledge_stores,
+            self.artifact_stores,
+            self.storage_migrators,
+            self.model_providers,
+            self.exec_backends,
+            self.tool_packs,
+            self.embedders,
+        ):
+            try:
+                accessor()
+            except PluginConflictError as conflict:
+                conflicts.append(conflict)
+        return conflicts
 
     @property
     def records(self) -> list[PluginRecord]:
@@ -185,7 +226,9 @@ class PlatformPlugins:
             package = self._package_of(impl.plugin_name)
             try:
                 contributed: Mapping[str, Any] = impl.function() or {}
-            except Exception as exc:  # a plugin's hook may raise anything; it is reported, never fatal
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # a plugin's hook may raise anything (sys.exit too); reported, never fatal
                 self._fail_loaded(impl.plugin_name, impl.function, exc)
                 continue
             for backend_name, factory in contributed.items():
@@ -214,7 +257,7 @@ class PlatformPlugins:
             release = f" {version}" if version else ""
             logger.warning("platform plugin '%s' (%s%s) is left out: %s", name, package, release, error)
 
-    def _fail_loaded(self, name: str, function: Callable[..., Any], exc: Exception) -> None:
+    def _fail_loaded(self, name: str, function: Callable[..., Any], exc: BaseException) -> None:
         record = self._records.get(name)
         package, version = (record.package, record.version) if record else (name, None)
         error = load_error_from_exception(PLUGIN_HOOK_FAILED, exc, _function_roots(function), function.__name__)

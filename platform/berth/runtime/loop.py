@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from berth.bundle.context import BundleContext
 from berth.config.models.assembly import ModelRef, ReactConfig
+from berth.config.redaction import redact
 from berth.models.errors import ModelContextOverflow, ModelError
 from berth.models.protocol import ModelCompleted, ModelProvider, ModelRequest, TextDelta, Usage
 from berth.runtime.announce import AnnounceState
@@ -313,7 +314,7 @@ class TurnRunner:
             try:
                 await generation.hooks.before_turn(context, turn)
             except Exception as exc:
-                error = {"code": "turn_vetoed", "message": f"the bundle refused this turn: {exc}"}
+                error = {"code": "turn_vetoed", "message": redact(f"the bundle refused this turn: {exc}")}
                 return await finish("failed", None, [self._status_block(state, "failed", error["message"])], error)
             toolbox = await self._toolbox(
                 generation, context, bundle, agent.tools if agent else None, with_memory=memory is not None
@@ -629,7 +630,7 @@ class TurnRunner:
             )
         blocks = self._with_notices(blocks, notices, state, call_id, now)
         for notice in notices:
-            await emit(TurnEvent("notice", {"code": notice.code, "message": notice.message}))
+            await emit(TurnEvent("notice", {"code": notice.code, "message": redact(notice.message)}))
         return blocks, None
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -646,7 +647,7 @@ class TurnRunner:
                     now,
                     "runtime",
                     mime="application/json",
-                    data={"code": notice.code, "message": notice.message},
+                    data={"code": notice.code, "message": redact(notice.message)},
                     call_id=call_id,
                 )
             )
@@ -685,7 +686,7 @@ class TurnRunner:
             "turn.status",
             self._clock(),
             "runtime",
-            text=message,
+            text=redact(message),
             meta={"state": status},
         )
 

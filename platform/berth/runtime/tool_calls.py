@@ -3,6 +3,10 @@
 A result joins the sources pool when it carries sources (their SIDs are shown next to it); a result over the
 preview size (``react.result_preview_chars``) is stored and shown as a bounded preview, and kept whole as a file of
 the turn (:func:`full_result_artifact`), stored as the call ends: ``react.read`` and the files route read it.
+
+What a tool returns or raises enters the turn here, so known secret values are masked here
+(:mod:`berth.config.redaction`): a value a tool revealed and then echoed (in an error, a result, a summary, a
+source) reaches the model, the stored blocks and the events as ``***``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from berth.config.redaction import redact, redact_value, secret_needles
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.events import EventSink, TurnEvent
 from berth.runtime.paths import ToolCallPath
@@ -95,6 +100,7 @@ async def execute_tool_call(
         )
 
     async def failed(code: str, message: str) -> list[Block]:
+        message = redact(message)
         await emit(TurnEvent("notice", {"code": code, "message": message, "call_id": call_id}))
         await emit(
             TurnEvent(
@@ -125,7 +131,7 @@ async def execute_tool_call(
     except Exception as exc:
         log.warning("tool %s failed", tool_id, exc_info=True)
         return await failed("tool_failed", f"{tool_id} raised {type(exc).__name__}: {exc}")
-    output = value if isinstance(value, ToolOutput) else ToolOutput(value=value)
+    output = _masked(value if isinstance(value, ToolOutput) else ToolOutput(value=value))
     produced = state.workspace.outputs_since(outputs_before)
     if produced and state.store_files is not None:  # stored before announced: a download never finds nothing
         await state.store_files(state.workspace.writes_of(path for path, _, _ in produced))
@@ -212,3 +218,21 @@ async def execute_tool_call(
     if output.is_error:
         notices.append(ProtocolNotice("tool_failed", f"{tool_id} reported an error; see {result_path}"))
     return blocks
+
+
+def _masked(output: ToolOutput) -> ToolOutput:
+    """``output`` with known secret values masked in its value, summary and sources (images are left as they are)."""
+    if not secret_needles():
+        return output
+    return output.model_copy(
+        update={
+            "value": redact_value(output.value),
+            "summary": redact(output.summary) if output.summary is not None else None,
+            "sources": [
+                source.model_copy(
+                    update={"url": redact(source.url), "title": redact(source.title), "text": redact(source.text)}
+                )
+                for source in output.sources
+            ],
+        }
+    )

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
+from berth.config.redaction import holds_secret, redact_value
 from berth.runtime.events import TurnEvent
 
 HEARTBEAT = b": ping\n\n"
@@ -21,8 +22,17 @@ the standard library's encoder in 3.9 µs (a tool turn streams about 25 frames).
 
 
 def encode_frame(event_id: str, event: TurnEvent) -> bytes:
-    """One SSE frame: ``id``, ``event`` and one JSON ``data`` line."""
+    """One SSE frame: ``id``, ``event`` and one JSON ``data`` line.
+
+    A last line of defence: a frame whose data holds a known secret value (:mod:`berth.config.redaction`) is
+    encoded again with every string masked. The runtime masks what tools return before it emits it, so this
+    finds nothing in a working host; the check costs a substring search per known value. Deltas are not
+    searched: they are most of a stream's frames, a value split over two of them is found in neither, and
+    the answer they make up is searched whole in ``turn.completed``.
+    """
     data = orjson.dumps(event.data, default=str, option=_DATA_OPTIONS).decode()
+    if event.type != "channel.delta" and holds_secret(data):
+        data = orjson.dumps(redact_value(event.data), default=str, option=_DATA_OPTIONS).decode()
     return f"id: {event_id}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 

@@ -23,6 +23,7 @@ from berth.config.errors import ConfigError
 from berth.config.models.assembly import S3Artifacts
 from berth.hooks import hookimpl
 from berth.storage.artifacts import ArtifactStoreFactory
+from berth.storage.downloads import content_disposition
 
 __all__ = ["S3ArtifactStore", "create_s3_artifacts"]
 
@@ -101,7 +102,7 @@ class S3ArtifactStore:
         params = {
             "Bucket": self.settings.bucket,
             "Key": self._key(key),
-            "ResponseContentDisposition": f'attachment; filename="{filename}"',
+            "ResponseContentDisposition": content_disposition(filename),
             "ResponseContentType": mime,
         }
         url: str = await asyncio.to_thread(

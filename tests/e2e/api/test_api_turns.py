@@ -56,6 +56,22 @@ async def test_reconnecting_with_last_event_id_resumes_without_loss_or_duplicate
         assert first + rest == everything
 
 
+async def test_a_last_event_id_with_thousands_of_digits_is_a_400_not_a_server_error(tmp_path: Path) -> None:
+    async with api_stack(tmp_path, [ACTION, ANSWER]) as stack:
+        conversation = await stack.conversation()
+        started = await stack.start_turn(conversation, "hi")
+        oversized = f"{started['turn_id']}:{'7' * 5000}"
+        for headers, params in (({"Last-Event-ID": oversized}, {}), ({}, {"last_event_id": oversized})):
+            answer = await stack.client.get(started["events_url"], headers={**stack.auth(), **headers}, params=params)
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "last_event_id_invalid"
+            assert "5000 digits" in error["message"]
+            assert ("Last-Event-ID" if headers else "last_event_id") in error["message"]
+        resumed = await stack.events(started["events_url"], last_event_id=f"{started['turn_id']}:{'9' * 18}")
+        assert [kind for _, kind, _ in resumed] in ([], ["turn.completed"])  # nothing after it but the turn's end
+
+
 async def test_a_client_disconnect_does_not_cancel_the_turn(tmp_path: Path) -> None:
     async with api_stack(tmp_path, [ACTION, ANSWER]) as stack:
         conversation = await stack.conversation()

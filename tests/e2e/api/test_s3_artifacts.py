@@ -149,3 +149,27 @@ async def test_downloads_redirect_to_a_presigned_url_when_configured(tmp_path: P
         assert fetched.headers["content-disposition"] == 'attachment; filename="notes.txt"'
         refused = await stack.client.get(url, headers=stack.auth("globex"))
         assert refused.status_code == 404  # another tenant gets no URL
+
+
+@pytest.mark.parametrize("storage_kind", ["distributed"], indirect=True)
+@pytest.mark.usefixtures("storage_kind")
+async def test_a_presigned_download_names_a_file_outside_latin_1_as_rfc_6266_says(tmp_path: Path, moto_s3: str) -> None:
+    async with api_stack(tmp_path, [ANSWER], platform=artifacts(moto_s3, presigned_downloads=True)) as stack:
+        conversation = await stack.conversation()
+        response = await stack.client.post(
+            f"/v1/acme/support/conversations/{conversation}/turns",
+            data={"message": "read this"},
+            files={"notes": ("Отчёт.txt", b"hello from s3", "text/plain")},
+            headers=stack.auth(),
+        )
+        turn = response.json()["turn_id"]
+        await stack.events(response.json()["events_url"])
+        url = f"/v1/acme/support/conversations/{conversation}/files/fi:{turn}.attachments/Отчёт.txt"
+        redirect = await stack.client.get(url, headers=stack.auth())
+        assert redirect.status_code == 307
+        async with httpx.AsyncClient() as outside:
+            fetched = await outside.get(redirect.headers["location"])
+        assert fetched.status_code == 200
+        assert fetched.headers["content-disposition"] == (
+            "attachment; filename=\"_____.txt\"; filename*=UTF-8''%D0%9E%D1%82%D1%87%D1%91%D1%82.txt"
+        )

@@ -58,15 +58,25 @@ def _ready(url: str) -> bool:
         return False
 
 
+KNOWN_FILE = "Отчёт.txt"
+"""An attachment of the known turn, named outside Latin-1: its download's headers must carry the name."""
+
+
 @pytest.fixture(scope="package")
 def known_ids(host: str) -> dict[str, str]:
-    """Path parameters of things that exist: the key's scope, a conversation and its finished turn."""
+    """Path parameters of things that exist: the key's scope, a conversation, its finished turn and a file of it
+    (``file_path``, the files route's ``path``)."""
     created = httpx.post(f"{host}/v1/acme/support/conversations", json={"bundle": "hello"}, headers=USER)
     assert created.status_code == 201, created.text
     conversation = created.json()["id"]
     turns = f"{host}/v1/acme/support/conversations/{conversation}/turns"
     with httpx.stream(
-        "POST", turns, json={"message": "hi"}, headers={**USER, "Accept": "text/event-stream"}, timeout=30
+        "POST",
+        turns,
+        data={"message": "hi"},
+        files={"file": (KNOWN_FILE, b"a report", "text/plain")},
+        headers={**USER, "Accept": "text/event-stream"},
+        timeout=30,
     ) as stream:
         assert "event: turn.completed" in stream.read().decode()
     turn = httpx.get(f"{host}/v1/acme/support/conversations/{conversation}", headers=USER).json()["turns"][0]
@@ -76,4 +86,5 @@ def known_ids(host: str) -> dict[str, str]:
         "conversation_id": conversation,
         "turn_id": turn["turn_id"],
         "bundle_id": "hello",
+        "file_path": f"fi:{turn['turn_id']}.attachments/{KNOWN_FILE}",
     }

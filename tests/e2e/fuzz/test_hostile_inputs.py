@@ -1,15 +1,16 @@
 """Inputs the OpenAPI-driven fuzzer does not make, against the same real host: none may get a server error.
 
 NUL bytes, over-long and traversing path segments, extreme dates, chunked bodies over the limit, oversized and
-too many headers. Each was once a 500 (or the wrong 4xx); the properties keep them from coming back, and the
-examples pin the exact answers.
+too many headers, files of any name downloaded back, ``Last-Event-ID`` of any shape. Each was once a 500 (or the
+wrong 4xx); the properties keep them from coming back, and the examples pin the exact answers.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 import pytest
@@ -129,3 +130,66 @@ def test_five_thousand_headers_are_refused_with_431(host: str) -> None:
 
 def test_ordinary_headers_pass(host: str) -> None:
     assert httpx.get(f"{host}/healthz", headers={"X-Trace": "a" * 1000}).status_code == 200
+
+
+FILE_NAMES = st.one_of(
+    st.text(min_size=1, max_size=30),
+    st.sampled_from(["Отчёт.txt", "報告書.pdf", "invoice\u202etxt.exe", "naïve café.txt", "emoji 🧾.txt"]),
+)
+
+
+def name_in(header: str) -> str:
+    """The file name a client reads from ``Content-Disposition``: ``filename*`` when there is one (RFC 6266)."""
+    extended = re.search(r"filename\*=UTF-8''([^;]+)", header)
+    if extended:
+        return unquote(extended.group(1), errors="strict")
+    plain = re.search(r'filename="([^"]*)"', header)
+    assert plain, header
+    return plain.group(1)
+
+
+@given(names=st.lists(FILE_NAMES, min_size=1, max_size=3, unique=True))
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_a_file_of_any_name_downloads_with_its_name_in_the_header(host: str, names: list[str]) -> None:
+    created = httpx.post(f"{host}/v1/acme/support/conversations", json={"bundle": "hello"}, headers=USER)
+    conversation = f"{host}/v1/acme/support/conversations/{created.json()['id']}"
+    files = [("file", (name, b"some plain text", "text/plain")) for name in names]
+    started = httpx.post(f"{conversation}/turns", data={"message": "keep"}, files=files, headers=USER, timeout=30)
+    if started.status_code != 202:  # a name no file can have ("..", NUL): refused, not a server error
+        assert started.status_code == 400, (names, started.text[:300])
+        return
+    httpx.get(f"{host}{started.json()['events_url']}", headers=USER, timeout=30)  # until the turn ends
+    detail = httpx.get(conversation, headers=USER).json()
+    (turn,) = detail["turns"]
+    assert len(turn["attachments"]) == len(names)
+    for attachment in turn["attachments"]:
+        answer = httpx.get(f"{conversation}/files/{quote(attachment['path'], safe='')}", headers=USER)
+        assert answer.status_code == 200, (attachment, answer.text[:300])
+        header = answer.headers["content-disposition"]
+        assert header.isascii()
+        assert name_in(header) == attachment["path"].rsplit("/", 1)[-1]
+
+
+LAST_EVENT_IDS = st.one_of(
+    st.text(st.characters(max_codepoint=0xFF, exclude_categories=["Cc"])),
+    st.integers(0, 6000).map(lambda digits: "9" * digits),
+    st.text(st.characters(categories=["Nd", "No"], max_codepoint=0xFF), min_size=1),
+)
+
+
+@given(tail=LAST_EVENT_IDS, prefixed=st.booleans(), in_query=st.booleans())
+@SETTINGS
+def test_any_last_event_id_resumes_or_is_a_400(
+    host: str, known_ids: dict[str, str], tail: str, prefixed: bool, in_query: bool
+) -> None:
+    turn = known_ids["turn_id"]
+    url = f"{host}/v1/acme/support/conversations/{known_ids['conversation_id']}/turns/{turn}/events"
+    value = f"{turn}:{tail}" if prefixed else tail
+    if in_query:
+        answer = httpx.get(url, params={"last_event_id": value}, headers=USER, timeout=30)
+    else:
+        raw = value.strip().encode("latin-1")  # a header carries Latin-1 (httpx sends str as ASCII only)
+        answer = httpx.get(url, headers={**USER, "Last-Event-ID": raw}, timeout=30)
+    assert answer.status_code in (200, 400), (value[:80], answer.status_code, answer.text[:300])
+    if answer.status_code == 400:
+        assert answer.json()["error"]["code"] == "last_event_id_invalid"

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from berth.api.sse import parse_last_event_id
+from berth.api.sse import MAX_SEQ_DIGITS, parse_last_event_id
 from berth.runtime.events import TurnEvent
+from berth.testing.secrets import only_registered
+from berth.turns.errors import ServiceError
 from berth.turns.event_log import HEARTBEAT, TurnEventLog, encode_frame
 
 
@@ -114,3 +117,61 @@ def test_foreign_or_malformed_last_event_ids_resume_from_the_start() -> None:
     assert parse_last_event_id("turn_1", "turn_1:x") == 0
     assert parse_last_event_id("turn_1", None) == 0
     assert parse_last_event_id("turn_1", "turn_1:7") == 7
+    assert parse_last_event_id("turn_1", "turn_1:²") == 0  # a digit to str.isdigit, not to int()
+    assert parse_last_event_id("turn_1", "turn_1:١٢") == 0  # Arabic-Indic digits: no event's number
+
+
+def test_a_sequence_number_longer_than_any_event_id_is_a_400_not_a_parse() -> None:
+    assert parse_last_event_id("turn_1", "turn_1:" + "9" * MAX_SEQ_DIGITS) == int("9" * MAX_SEQ_DIGITS)
+    for digits in (MAX_SEQ_DIGITS + 1, 5000, 100_000):
+        with pytest.raises(ServiceError) as refused:
+            parse_last_event_id("turn_1", "turn_1:" + "1" * digits)
+        assert (refused.value.status, refused.value.code) == (400, "last_event_id_invalid")
+        assert f"has {digits} digits" in refused.value.message and "Last-Event-ID" in refused.value.message
+
+
+OWNERS = st.sampled_from(["turn_1", "turn_2", "", "turn_1:turn_1"])
+LAST_EVENT_IDS = st.one_of(
+    st.text(),
+    st.builds(lambda owner, n: f"{owner}:{'9' * n}", OWNERS, st.integers(0, 6000)),
+    st.builds(lambda owner, seq: f"{owner}:{seq}", OWNERS, st.text(st.characters(categories=["Nd", "No"]))),
+)
+
+
+@given(header=LAST_EVENT_IDS)
+def test_any_last_event_id_is_a_position_or_a_400(header: str) -> None:
+    seq = header.strip().rpartition(":")[2]
+    if seq.isascii() and seq.isdigit() and len(seq) > MAX_SEQ_DIGITS:
+        with pytest.raises(ServiceError, match="digits"):
+            parse_last_event_id("turn_1", header)
+    else:
+        assert 0 <= parse_last_event_id("turn_1", header) < 10**MAX_SEQ_DIGITS
+
+
+@given(secret=st.text(min_size=4, max_size=16), data=st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=4))
+def test_a_frame_never_carries_a_registered_secret_in_its_strings(secret: str, data: dict[str, Any]) -> None:
+    payload = {**data, "message": f"the backend refused {secret}", "nested": [{"text": secret}]}
+    with only_registered(secret):
+        line = data_line(encode_frame("turn_1:1", TurnEvent("notice", payload)))
+    decoded = json.loads(line)
+    assert "***" in decoded["message"]
+    assert not any(secret in text for text in strings_of(decoded))
+
+
+def test_a_frame_without_a_secret_is_encoded_as_before() -> None:
+    event = TurnEvent("notice", {"code": "tool_failed", "message": "the backend refused"})
+    with only_registered("tok-live-0123"):
+        assert encode_frame("turn_1:1", event) == (
+            b'id: turn_1:1\nevent: notice\ndata: {"code":"tool_failed","message":"the backend refused"}\n\n'
+        )
+
+
+def strings_of(value: Any) -> list[str]:
+    """Every string of decoded JSON, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (*strings_of(key), *strings_of(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in strings_of(item)]
+    return []

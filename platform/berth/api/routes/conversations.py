@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
@@ -294,24 +294,37 @@ def _event_stream(frames: AsyncIterator[bytes], headers: dict[str, str] | None =
     )
 
 
+_RESUME_HEADER = "the id of the last event received (`<turn_id>:<n>`): the stream resumes after it"
+_RESUME_QUERY = "the same as the `Last-Event-ID` header, for clients that cannot set headers (the header wins)"
+
+
 @router.get(
     "/conversations/{conversation_id}/turns/{turn_id}/events",
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 async def turn_events(
-    tenant: str, project: str, conversation_id: str, turn_id: str, request: Request, who: ScopedCaller, host: Services
+    tenant: str,
+    project: str,
+    conversation_id: str,
+    turn_id: str,
+    who: ScopedCaller,
+    host: Services,
+    resume_after: Annotated[str | None, Header(alias="Last-Event-ID", description=_RESUME_HEADER)] = None,
+    last_event_id: Annotated[str | None, Query(description=_RESUME_QUERY)] = None,
 ) -> StreamingResponse:
     """The turn's events as SSE; reconnect with ``Last-Event-ID`` to resume without loss or duplicates.
 
     A turn this process does not hold (it ran before a restart) answers with its last event from the store:
     ``turn.failed {code: interrupted}`` when the process serving it died, else how it ended; one that another
-    live process on the same storage root runs answers 409 ``turn_elsewhere``.
+    live process on the same storage root runs answers 409 ``turn_elsewhere``. An id whose sequence number has
+    more than 18 digits is refused: 400 ``last_event_id_invalid``.
     """
     scope = conversation_scope(who, tenant, project, conversation_id)
-    after = parse_last_event_id(
-        turn_id, request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    )
+    if resume_after:
+        after = parse_last_event_id(turn_id, resume_after)
+    else:
+        after = parse_last_event_id(turn_id, last_event_id, where="last_event_id")
     return _event_stream(await host.turn_event_frames(scope, turn_id, after))
 
 
@@ -400,7 +413,17 @@ async def feedback_report(
     return FeedbackReport(turns=turns, total=len(rows), satisfaction_rate=(ok / (ok + not_ok)) if ok + not_ok else None)
 
 
-@router.get("/conversations/{conversation_id}/files/{path:path}")
+@router.get(
+    "/conversations/{conversation_id}/files/{path:path}",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "the file's bytes, typed by its name; `Content-Disposition` names it (RFC 6266)",
+            "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+        },
+        307: {"description": "a presigned URL of the object store to download it from (`presigned_downloads`)"},
+    },
+)
 async def conversation_file(
     tenant: str, project: str, conversation_id: str, path: str, who: ScopedCaller, host: Services
 ) -> Response:
