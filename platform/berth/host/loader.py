@@ -48,6 +48,11 @@ def bundle_folder(config: Configuration, entry: BundleEntry) -> Path:
     return path if path.is_absolute() else (config.descriptors.base_dir / path).resolve()
 
 
+_USERS_OWN: tuple[type[BaseException], ...] = (KeyboardInterrupt, asyncio.CancelledError)
+"""What goes on up from a bundle's import and hooks: the user's interrupt and a cancelled task. Anything else a
+bundle raises, ``SystemExit`` and ``GeneratorExit`` included, fails its load with a coded error."""
+
+
 def watched_folder(config: Configuration, entry: BundleEntry) -> Path:
     """The folder to watch for changes of a path-sourced bundle (its package folder)."""
     folder = bundle_folder(config, entry)
@@ -60,7 +65,9 @@ def import_bundle(bundle_id: str, number: int, entry: BundleEntry, config: Confi
         folder = bundle_folder(config, entry)
         try:
             return import_folder_bundle(bundle_id, number, folder, entry.source.module)
-        except Exception as exc:
+        except _USERS_OWN:
+            raise
+        except BaseException as exc:  # SystemExit too: a bundle that exits on import must not end the host
             raise BundleLoadError(load_error_from_exception("bundle_import_failed", exc, [folder])) from None
     points = bundle_entry_points()
     point = points.get(entry.source.entry_point or "")
@@ -75,7 +82,9 @@ def import_bundle(bundle_id: str, number: int, entry: BundleEntry, config: Confi
         )
     try:
         return import_entry_point_bundle(point)
-    except Exception as exc:
+    except _USERS_OWN:
+        raise
+    except BaseException as exc:  # SystemExit too
         roots = entry_point_roots(point) if point.module else []
         raise BundleLoadError(load_error_from_exception("bundle_import_failed", exc, roots)) from None
 
@@ -229,9 +238,9 @@ async def _validate(
 def _call(function: Any, failure: Any, code: str, context: str) -> Any:
     try:
         return function()
-    except BundleLoadError:
+    except (BundleLoadError, *_USERS_OWN):
         raise
-    except Exception as exc:
+    except BaseException as exc:  # a hook that calls sys.exit() fails the load, not the host
         raise failure(code, exc, context) from None
 
 

@@ -92,6 +92,27 @@ async def test_an_absolute_import_of_a_sibling_says_to_make_it_relative(
     assert outcome.error.file.endswith("__init__.py")
 
 
+@pytest.mark.parametrize("ending", ["raise SystemExit(3)", "import sys; sys.exit('bye')", "raise GeneratorExit"])
+async def test_a_bundle_that_exits_on_import_fails_to_load_and_the_host_goes_on(
+    folder_bundle: FolderBundle, descriptors_for: Descriptors, ending: str
+) -> None:
+    folders = {
+        "alpha": folder_bundle("alpha"),
+        "quitter": folder_bundle(
+            "quitter", {"__init__.py": BASIC_INIT.replace("{bundle_id}", "quitter") + f"\n{ending}\n"}
+        ),
+    }
+    registry = BundleRegistry(descriptors_for({k: path_entry(v) for k, v in folders.items()}))
+    outcomes = {outcome.bundle_id: outcome for outcome in await registry.start()}
+    assert outcomes["alpha"].ok
+    failed = outcomes["quitter"]
+    assert not failed.ok
+    assert failed.error is not None
+    assert failed.error.code == "bundle_import_failed"
+    assert await call_answer(registry, "alpha") == "v1"
+    await registry.close()
+
+
 async def test_reload_swaps_in_new_code(folder_bundle: FolderBundle, descriptors_for: Descriptors) -> None:
     folder = folder_bundle("alpha")
     registry = BundleRegistry(descriptors_for({"alpha": path_entry(folder)}))
