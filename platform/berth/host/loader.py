@@ -238,7 +238,9 @@ async def _validate(
 def _call(function: Any, failure: Any, code: str, context: str) -> Any:
     try:
         return function()
-    except (BundleLoadError, *_USERS_OWN):
+    except BundleLoadError:
+        raise
+    except _USERS_OWN:
         raise
     except BaseException as exc:  # a hook that calls sys.exit() fails the load, not the host
         raise failure(code, exc, context) from None
