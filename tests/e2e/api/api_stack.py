@@ -45,10 +45,11 @@ def write_stack_descriptors(
     bundles_secrets: dict[str, Any] | None = None,
     platform: dict[str, Any] | None = None,
     extra_keys: Sequence[dict[str, Any]] = (),
+    tenants: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure);
     ``bundles_secrets`` is ``bundles.secrets.yaml``; ``platform`` adds sections to ``assembly.yaml``'s platform;
-    ``extra_keys`` are more entries of ``auth.keys``."""
+    ``extra_keys`` are more entries of ``auth.keys``; ``tenants`` adds settings to a tenant of ``assembly.yaml``."""
     root.mkdir(parents=True, exist_ok=True)
     platform = dict(platform or {})
     # titles would take a response of the test's script: a test that wants them says so
@@ -57,6 +58,8 @@ def write_stack_descriptors(
         "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}, **platform},
         "tenants": {"acme": {"projects": {"support": {}, "sales": {}}}, "globex": {"projects": {"research": {}}}},
     }
+    for tenant, settings in (tenants or {}).items():
+        assembly["tenants"][tenant].update(settings)
     bundles = bundles or {"hello": {"source": {"entry_point": "hello"}}}
     scopes = {
         "acme": {"bundles": sorted(bundles), "default_bundle": sorted(bundles)[0]},
@@ -176,6 +179,7 @@ async def api_stack(
     bundles_secrets: dict[str, Any] | None = None,
     platform: dict[str, Any] | None = None,
     extra_keys: Sequence[dict[str, Any]] = (),
+    tenants: dict[str, dict[str, Any]] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
     if current_storage_kind() == "distributed":
@@ -183,14 +187,14 @@ async def api_stack(
             extra = (platform or {}).get("storage", {})  # a test's additions (the artifact store)
             platform = {**(platform or {}), "storage": {**storage, **extra}}
             descriptors = write_stack_descriptors(
-                tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
+                tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys, tenants
             )
             async with _turn_worker(descriptors) as worker, _serving(descriptors, tmp_path, govern_heap) as stack:
                 stack.worker = worker
                 yield stack
         return
     descriptors = write_stack_descriptors(
-        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys
+        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys, tenants
     )
     async with _serving(descriptors, tmp_path, govern_heap) as stack:
         yield stack
