@@ -15,6 +15,7 @@ conversation once and find it gone the second time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -92,6 +93,7 @@ class RetentionSweep:
         self.deleted = 0
         """Conversations this sweep has deleted."""
         self._round_ended: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
 
     async def sweep_once(self, now: datetime | None = None) -> int:
         """Delete every conversation past its scope's retention at ``now`` (the clock's when None); return how many.
@@ -129,15 +131,22 @@ class RetentionSweep:
         return deleted
 
     async def run(self) -> None:
-        """Sweep every ``interval_s`` for as long as the process runs (a supervised background task)."""
-        while True:
+        """Sweep every ``interval_s`` until :meth:`stop` (a supervised background task: a failure starts it again)."""
+        self._stopping = self._stopping or asyncio.Event()
+        while not self._stopping.is_set():
             interval = self._interval_s()
             if self._lease is None or await self._lease.take(interval * 0.9):
                 await self.sweep_once()
             self.rounds += 1
             if self._round_ended is not None:
                 self._round_ended.set()
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+
+    def stop(self) -> None:
+        """Let :meth:`run` return after the round under way (or at once, between rounds)."""
+        self._stopping = self._stopping or asyncio.Event()
+        self._stopping.set()
 
     async def wait_for_rounds(self, rounds: int) -> None:
         """Wait until this sweep has finished ``rounds`` rounds in all."""

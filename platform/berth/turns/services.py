@@ -244,7 +244,8 @@ class HostServices:
 
     async def stop(self) -> None:
         """Cancel running turns and titles, close storage and providers, unload bundles."""
-        if self._retention_task is not None:  # before storage closes under it
+        if self.retention is not None and self._retention_task is not None:  # before storage closes under it
+            self.retention.stop()
             await self._retention_task.stop()
             self._retention_task = None
         if self.titler is not None:

@@ -5,6 +5,7 @@ tiny interval and retention, awaited round by round."""
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 from api_stack import ApiStack, api_stack
 from erasure_checks import postgres_rows_holding
 
+from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
+from berth.storage.scope import ConversationScope
 from berth.testing.storage import current_storage_kind
 from berth.turns.retention import RetentionSweep
 
@@ -111,3 +114,29 @@ async def test_the_sweep_runs_in_the_background_at_its_interval(tmp_path: Path) 
                 break
             await sweep.wait_for_rounds(sweep.rounds + 1)
         assert await status(stack, conversation) == 404
+
+
+@pytest.mark.parametrize("storage_kind", ["embedded"], indirect=True)  # the sweep alone, over a metadata store
+async def test_a_stopped_sweep_returns_at_once_instead_of_sleeping_out_its_interval(tmp_path: Path) -> None:
+    meta = SqliteMetaStore(tmp_path)
+    await meta.open()
+
+    async def never(scope: ConversationScope) -> bool:
+        raise AssertionError(f"nothing is past its retention, yet {scope} was asked about")
+
+    sweep = RetentionSweep(
+        meta=meta,
+        delete=never,
+        busy=never,
+        scopes=lambda: [("acme", "support")],
+        retention_days=lambda tenant, project: 30,
+        interval_s=lambda: 3600,
+    )
+    try:
+        running = asyncio.create_task(sweep.run())
+        await sweep.wait_for_rounds(1)
+        sweep.stop()
+        await asyncio.wait_for(running, 5)  # the host's shutdown does not wait for the next round
+        assert sweep.rounds == 1
+    finally:
+        await meta.aclose()
