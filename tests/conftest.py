@@ -8,8 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests find wrong answers, not slow ones: on two shared cores running the suite in parallel an example can
+# take seconds, which Hypothesis's default deadline (200 ms) and its too_slow health check would report as failures.
+settings.register_profile("berth", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("berth")
 
 
 @pytest.fixture(scope="session", autouse=True)

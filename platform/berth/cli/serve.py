@@ -194,7 +194,7 @@ async def _chat_in_process(
 ) -> None:
     from berth.cli.chat_session import InProcessChat
 
-    await services.start()
+    await services.start(sweep_retention=False)  # a chat session is no place for a background deletion
     try:
         await _converse(InProcessChat(services, tenant, project), bundle, message)
     finally:

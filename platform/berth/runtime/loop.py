@@ -153,6 +153,10 @@ class TurnRunner:
         self._clock = clock
         self._preview_chars = result_preview_chars
 
+    def forget(self, scope: ConversationScope) -> None:
+        """Drop what this runner keeps in memory of the conversation ``scope`` names (it was deleted)."""
+        self._resident.take(scope)
+
     async def run(
         self, generation: BundleGeneration, context: BundleContext, turn: TurnInput, emit: EventSink
     ) -> TurnResult:

@@ -15,13 +15,18 @@ from typing import Protocol
 
 from berth.storage.scope import ConversationScope
 
-__all__ = ["ArtifactStore", "ArtifactStoreFactory", "artifact_key"]
+__all__ = ["ArtifactStore", "ArtifactStoreFactory", "artifact_key", "artifact_prefix"]
 
 
 def artifact_key(scope: ConversationScope, sha256: str) -> str:
     """The object key of a file with digest ``sha256`` in a conversation: per tenant, project, user and
     conversation, so a tenant's objects can be listed, expired or deleted by prefix."""
     return f"{scope.tenant}/{scope.project}/{scope.user_id}/{scope.conversation_id}/{sha256}"
+
+
+def artifact_prefix(scope: ConversationScope) -> str:
+    """The key prefix of every object of one conversation (``…/<conversation>/``)."""
+    return artifact_key(scope, "")
 
 
 class ArtifactStore(Protocol):
@@ -44,6 +49,11 @@ class ArtifactStore(Protocol):
 
     async def download_url(self, key: str, *, filename: str, mime: str) -> str | None:
         """A URL a client may download the object from directly (a presigned URL), or None to stream it."""
+        ...
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every object whose key starts with ``prefix`` (a conversation's: :func:`artifact_prefix`); return
+        how many there were."""
         ...
 
     async def check(self) -> str:

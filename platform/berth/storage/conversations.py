@@ -377,6 +377,16 @@ class ConversationHandle(Protocol):
         """The files stored for turn ``turn_id`` so far (by :meth:`store_files` or its commit), by path."""
         ...
 
+    async def erase(self) -> tuple[str, ...]:
+        """Delete everything the store holds of this conversation: its turns and their logs, the timeline, the
+        sources pool and its files (their index and their bytes); return the ids of the turns it had.
+
+        Nothing of it is readable afterwards, through this store or in its files (an embedded store overwrites
+        what it deletes; see ``docs/storage.md``). Erasing a conversation the store does not hold returns ``()``.
+        A turn still running is not stopped: stop it first (a write of it afterwards may store it anew).
+        """
+        ...
+
 
 class ConversationStore(Protocol):
     """Where conversations live. Open it before use and close it when done (or use ``async with``)."""

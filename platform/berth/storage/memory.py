@@ -87,3 +87,8 @@ class MemoryIndex(Protocol):
     async def list_entries(self, where: MemoryFilter) -> tuple[MemoryEntry, ...]:
         """Return every entry ``where`` admits, oldest first (ties by conversation, turn and path)."""
         ...
+
+    async def erase_conversation(self, scope: ConversationScope) -> int:
+        """Delete every entry of one conversation (its text, its vector and what the lexical index holds of it);
+        return how many there were."""
+        ...

@@ -72,6 +72,19 @@ class MetaStore(Protocol):
         """The owner's conversations, most recently active first, older than ``before``."""
         ...
 
+    async def inactive_conversations(
+        self, tenant: str, project: str, *, before: datetime, limit: int
+    ) -> list[ConversationScope]:
+        """Up to ``limit`` conversations of one tenant/project (every user's) whose last activity is older than
+        ``before``, least recent first (what a retention sweep deletes)."""
+        ...
+
+    async def erase_conversation(self, scope: ConversationScope) -> bool:
+        """Delete the conversation's row (its title) and its feedback; its usage records stay for the totals, with
+        the conversation id replaced by an anonymous one (:func:`~berth.storage.usage.erased_conversation_id`).
+        Return whether the row existed."""
+        ...
+
     async def put_feedback(self, feedback: Feedback) -> None:
         """Set (replace) the feedback of one origin on one turn."""
         ...

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, TypeAlias
 
 from berth.storage.scope import ConversationScope
 
-__all__ = ["SpentRow", "UsageGrouping", "UsageRecord", "UsageTotals"]
+__all__ = ["ERASED_PREFIX", "SpentRow", "UsageGrouping", "UsageRecord", "UsageTotals", "erased_conversation_id"]
+
+ERASED_PREFIX = "erased-"
+"""How the conversation id of a deleted conversation's usage records begins."""
+
+
+def erased_conversation_id() -> str:
+    """An anonymous conversation id for the usage records of a deleted conversation: random, so it links them to
+    nothing, and one per deletion, so the calls of two deleted conversations still count as distinct turns."""
+    return ERASED_PREFIX + secrets.token_hex(8)
+
 
 UsageGrouping: TypeAlias = Literal["user", "bundle", "day", "model"]
 """How usage totals are grouped: by user (API key), bundle, UTC day (``YYYY-MM-DD``) or model label."""

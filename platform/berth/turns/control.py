@@ -68,6 +68,10 @@ class TurnControl:
         answer: dict[str, Any] = json.loads(reply[1])
         return answer
 
+    async def forget(self, turn_id: str) -> None:
+        """Delete the turn's control stream (follow-ups and steers not yet read: its conversation was deleted)."""
+        await self._client.delete(self._prefix + turn_id)
+
     async def serve(self, turn_id: str, handle: ControlHandler) -> None:
         """Handle the turn's control messages (oldest first, those sent before too) until cancelled."""
         key = self._prefix + turn_id

@@ -109,6 +109,15 @@ class RedisTurnEventLog:
             self.ended = _holds_end(last)
         self._count = max(stored, floor)
 
+    async def is_closed(self) -> bool:
+        """Whether the log's writer has closed it (its end marker is stored): nothing more is written to it."""
+        last: Any = await self._client.xrevrange(self._key, count=1)
+        return bool(last) and last_position(last[0][0])[1]
+
+    async def delete(self) -> None:
+        """Delete the turn's events from Redis (its conversation was deleted)."""
+        await self._client.delete(self._key)
+
     async def last_seq(self) -> int | None:
         """The sequence number of the last event stored (or of the end marker); None when Redis holds no log."""
         last: Any = await self._client.xrevrange(self._key, count=1)

@@ -25,6 +25,7 @@ from berth.host.models import ModelPool
 from berth.host.plugins import PlatformPlugins
 from berth.host.registry import BundleRegistry
 from berth.host.runtime import HostRuntime
+from berth.host.supervised import SupervisedTask
 from berth.logs import bound
 from berth.runtime.blocks import BlockType
 from berth.runtime.events import TurnEvent
@@ -43,14 +44,16 @@ from berth.storage.scope import ConversationScope
 from berth.streaming import render_citations
 from berth.turns.admission import Admission, TurnAdmission
 from berth.turns.control import TurnControl, encode_attachments
+from berth.turns.erasure import erase_conversation
 from berth.turns.errors import ServiceError, not_found
 from berth.turns.event_log import HEARTBEAT, TurnEventLog, encode_frame
 from berth.turns.metrics import Metrics
 from berth.turns.queue import TurnQueue
 from berth.turns.redis_events import RedisTurnEventLog, epoch_floor
 from berth.turns.requests import TurnRequest
+from berth.turns.retention import RedisSweepLease, RetentionSweep
 from berth.turns.running import FileSource, LiveDelivery, RunningTurn, events_url, live_event_data, new_id
-from berth.turns.titling import ConversationTitler
+from berth.turns.titling import TITLE_TIMEOUT_S, ConversationTitler
 from berth.turns.widget_tickets import WidgetTickets
 from berth.usage import TurnUsageMeter, UsageLedger
 
@@ -65,9 +68,18 @@ REDIS_HEARTBEAT_S = 5.0
 
 CANCELLED_WAITING = "the turn was cancelled while it waited for a free slot; nothing of it was stored"
 
+DELETE_WAIT_S = 15.0
+"""How long deleting a conversation waits for its cancelled turn (and a title being made) to stop before it erases
+the conversation all the same."""
+
 
 async def _single_frame(frame: bytes) -> AsyncIterator[bytes]:
     yield frame
+
+
+def _key(scope: ConversationScope) -> tuple[str, str, str, str]:
+    """The conversation's key in this process's tables of turns."""
+    return (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
 
 
 @dataclass
@@ -103,6 +115,7 @@ class HostServices:
         self.turns: dict[str, RunningTurn] = {}
         self._busy: dict[tuple[str, str, str, str], str] = {}
         self._admitting: set[str] = set()
+        self._deleting: set[tuple[str, str, str, str]] = set()  # conversations being deleted: they take no turn
         self.titler: ConversationTitler | None = None
         # Embedded mode counts in this process. Distributed mode (not served by the API yet: it needs the
         # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
@@ -121,6 +134,9 @@ class HostServices:
         """Prices, counts and stores every model call; holds the budgets (after :meth:`start`)."""
         self.models: ModelPool | None = None
         self.initial_config: Configuration | None = None
+        self.retention: RetentionSweep | None = None
+        """Deletes the conversations past their retention (after :meth:`start`, unless told not to sweep)."""
+        self._retention_task: SupervisedTask | None = None
         self.started = False
         self.widget_tickets = WidgetTickets(lambda: self.config)
         """Signs and checks the tickets in widget URLs (an iframe cannot send the API key)."""
@@ -147,8 +163,12 @@ class HostServices:
         entry = self.config.descriptors.bundles.bundles.get(bundle_id)
         return entry.exec if entry is not None else None
 
-    async def start(self) -> None:
-        """Load bundles, open storage and prepare the model providers."""
+    async def start(self, *, sweep_retention: bool = True) -> None:
+        """Load bundles, open storage and prepare the model providers.
+
+        :param sweep_retention: run the retention sweep (:mod:`berth.turns.retention`) as a supervised background
+            task of this process: an API process and a worker do, a one-off command does not.
+        """
         outcomes = await self.runtime.start()
         for outcome in outcomes:
             self.metrics.reloads.labels(bundle=outcome.bundle_id, ok=str(outcome.ok).lower()).inc()
@@ -197,10 +217,40 @@ class HostServices:
             usage=self.usage,
         )
         self._check_embedders()
+        if sweep_retention:
+            self._start_retention_sweep()
         self.started = True
+
+    def _start_retention_sweep(self) -> None:
+        """Delete the conversations past their scope's retention, every ``retention.sweep_interval_s``."""
+        assert self.meta is not None
+        self.retention = RetentionSweep(
+            meta=self.meta,
+            delete=self.delete_conversation,
+            busy=self._has_unfinished_turn,
+            scopes=lambda: self.config.descriptors.assembly.scopes(),
+            retention_days=lambda t, p: self.config.settings_for(t, p).retention.conversations_days,
+            interval_s=lambda: self.config.settings_for().retention.sweep_interval_s,
+            lease=RedisSweepLease(self.distributed.redis) if self.distributed is not None else None,
+        )
+        self._retention_task = self.runtime.background.spawn("retention sweep", self.retention.run)
+
+    async def _has_unfinished_turn(self, scope: ConversationScope) -> bool:
+        """Whether the conversation has a turn that has not ended (in this process, or, distributed, anywhere)."""
+        if _key(scope) in self._busy:
+            return True
+        if self.distributed is None:
+            return False
+        assert self.store is not None
+        snapshot = await self.store.conversation(scope).load()
+        return any(turn.state in ("accepted", "running") for turn in snapshot.turns)
 
     async def stop(self) -> None:
         """Cancel running turns and titles, close storage and providers, unload bundles."""
+        if self.retention is not None and self._retention_task is not None:  # before storage closes under it
+            self.retention.stop()
+            await self._retention_task.stop()
+            self._retention_task = None
         if self.titler is not None:
             await self.titler.aclose()
         tasks = [t.task for t in self.turns.values() if t.task is not None and not t.task.done()]
@@ -288,13 +338,15 @@ class HostServices:
         turns as it may, 503 when this worker's slots and queue are full); an admitted turn may wait for a
         slot before it runs, its events stream then starting when it does. Admitted, it is stored
         (``accepted``, with the message, durably) before this returns, so the caller's 202 never names a
-        turn a crash could take back.
+        turn a crash could take back. A conversation being deleted takes no turn (404).
         """
+        if _key(scope) in self._deleting:
+            raise not_found(f"conversation {scope.conversation_id}")
         if self.distributed is not None:
             return await self._queue_turn(
                 scope, bundle_id, message, turn_id=turn_id, attachments=attachments, user_timezone=user_timezone
             )
-        key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+        key = _key(scope)
         if key in self._busy:
             raise ServiceError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
         turn_id = turn_id or new_id("turn")
@@ -526,6 +578,96 @@ class HostServices:
                 await events.append(await self.stored_turn_end(scope, turn_id))
             await events.close()
 
+    async def delete_conversation(self, scope: ConversationScope) -> bool:
+        """Delete the conversation ``scope`` names, as its owner asked (or its retention ran out); return False when
+        it does not exist (deleted already).
+
+        Its running turn is cancelled first (a waiting one too), and the deletion waits, up to :data:`DELETE_WAIT_S`,
+        until it has stopped and a title being made for it has too: a turn that ends writes its commit, memory and
+        usage. Then :func:`~berth.turns.erasure.erase_conversation` erases it from every store, and this process
+        forgets it (the event logs it keeps for replay, the conversation kept resident for its next turn). From the
+        start of the deletion the conversation takes no new turn.
+        """
+        assert self.meta is not None and self.store is not None and self.memory_index is not None
+        if await self.meta.get_conversation(scope) is None:
+            return False
+        key = _key(scope)
+        if key in self._deleting:  # deleted at this moment by another request: it is gone when that one ends
+            return True
+        self._deleting.add(key)
+        try:
+            await self._stop_conversation(scope)
+            redis = self.distributed.redis if self.distributed is not None else None
+            erased = await erase_conversation(
+                scope, store=self.store, memory=self.memory_index, meta=self.meta, redis=redis
+            )
+            for turn_id in [t for t, running in self.turns.items() if running.scope == scope]:
+                self.turns.pop(turn_id, None)
+            runner = self._runners.get((scope.tenant, scope.project))
+            if runner is not None:
+                runner.forget(scope)
+            return erased.existed
+        finally:
+            self._deleting.discard(key)
+
+    async def _stop_conversation(self, scope: ConversationScope) -> None:
+        """Cancel the conversation's running (or waiting) turn and a title being made for it; wait until they stop."""
+        deadline = asyncio.get_running_loop().time() + DELETE_WAIT_S
+        if self.distributed is not None:
+            await self._stop_queued_turns(scope, deadline)
+        else:
+            await self._stop_local_turns(scope, deadline)
+        if self.titler is not None:
+            await self.titler.forget(scope)
+
+    async def _stop_local_turns(self, scope: ConversationScope, deadline: float) -> None:
+        """Cancel the conversation's turn that has not ended (running, waiting for a slot, or being admitted) and wait
+        for every task of its turns to finish: one that has ended still stores its usage, and is not cancelled."""
+        key = _key(scope)
+        loop = asyncio.get_running_loop()
+        while True:
+            busy = self._busy.get(key)  # the turn that has not ended (cleared as its end is emitted)
+            tasks = [
+                running.task
+                for running in self.turns.values()
+                if running.scope == scope and running.task is not None and not running.task.done()
+            ]
+            if not tasks and busy is None:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.warning("the turns of conversation %s did not stop in time; it is deleted all the same", key[3])
+                return
+            if busy is not None and (running := self.turns.get(busy)) is not None and running.task is not None:
+                running.task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=remaining)
+            else:
+                await asyncio.sleep(0.01)  # being admitted: it is a task in a moment (or refused)
+
+    async def _stop_queued_turns(self, scope: ConversationScope, deadline: float) -> None:
+        """Distributed mode: cancel the conversation's unfinished turns wherever they run, then wait until the event
+        logs of those and of a turn that just ended are closed (their workers close them last: after the commit, the
+        usage and a title)."""
+        assert self.distributed is not None and self.store is not None
+        snapshot = await self.store.conversation(scope).load()
+        now = datetime.now(UTC)
+        watched = []
+        for turn in snapshot.turns:
+            if turn.state in ("accepted", "running"):
+                await self.cancel_turn(scope, turn.turn_id)
+                watched.append(turn.turn_id)
+            elif turn.ended_at is not None and (now - turn.ended_at).total_seconds() < TITLE_TIMEOUT_S + 5:
+                watched.append(turn.turn_id)  # its title may be on its way
+        loop = asyncio.get_running_loop()
+        for turn_id in watched:
+            events = self.distributed.event_log(turn_id)
+            while await events.exists() and not await events.is_closed():
+                if loop.time() >= deadline:
+                    log.warning("turn %s did not close its events in time; it is deleted all the same", turn_id)
+                    return
+                await asyncio.sleep(0.05)
+
     async def file_source(self, scope: ConversationScope, path: str, *, filename: str, mime: str) -> FileSource:
         """Where a committed file of the conversation is read from: its bytes, an object store's stream, or a
         presigned URL to redirect to (distributed storage with ``presigned_downloads``).
@@ -572,7 +714,7 @@ class HostServices:
 
     def running_turn(self, scope: ConversationScope) -> RunningTurn | None:
         """The turn of the conversation ``scope`` names that runs (or waits for a slot) in this process now."""
-        turn_id = self._busy.get((scope.tenant, scope.project, scope.user_id, scope.conversation_id))
+        turn_id = self._busy.get(_key(scope))
         running = self.turns.get(turn_id) if turn_id is not None else None
         return running if running is not None and running.scope == scope else None
 

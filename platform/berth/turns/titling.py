@@ -57,6 +57,7 @@ class ConversationTitler:
         self._usage = usage
         self._decided: dict[ConversationKey, None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._titling: dict[asyncio.Task[None], ConversationKey] = {}
 
     async def should_title(self, scope: ConversationScope) -> bool:
         """True once per conversation: when titles are on and it has no title from the user or the summarizer."""
@@ -71,9 +72,23 @@ class ConversationTitler:
 
     def start(self, running: RunningTurn, prompt: str, answer: str | None) -> None:
         """Title ``running``'s conversation in the background; the task closes the turn's event log."""
-        task = asyncio.create_task(self._title(running, prompt, answer), name=f"title {running.scope.conversation_id}")
+        scope = running.scope
+        task = asyncio.create_task(self._title(running, prompt, answer), name=f"title {scope.conversation_id}")
         self._tasks.add(task)
+        self._titling[task] = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._titling.pop(done, None))
+
+    async def forget(self, scope: ConversationScope) -> None:
+        """Stop titling the conversation ``scope`` names (it is being deleted): cancel its title, if one is being
+        made, wait until it has stopped, and forget that it was decided."""
+        key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+        self._decided.pop(key, None)
+        tasks = [task for task, titled in self._titling.items() if titled == key]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
     async def _title(self, running: RunningTurn, prompt: str, answer: str | None) -> None:
         scope = running.scope

@@ -110,6 +110,32 @@ class S3ArtifactStore:
         )
         return url
 
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix`` (listed a page at a time, deleted up to 1000 per request); return how
+        many there were. In a versioned bucket this adds delete markers: the versions stay until a lifecycle rule
+        expires them."""
+
+        def delete() -> int:
+            deleted = 0
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.settings.bucket, Prefix=self._key(prefix)):
+                keys = [{"Key": item["Key"]} for item in page.get("Contents", ())]
+                if not keys:
+                    continue
+                batch = {"Objects": keys, "Quiet": True}
+                reply = self._client.delete_objects(Bucket=self.settings.bucket, Delete=batch)
+                errors = reply.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise RuntimeError(
+                        f"S3 refused to delete {len(errors)} object(s) under {prefix!r}: {first.get('Code')} "
+                        f"{first.get('Message')} ({first.get('Key')})"
+                    )
+                deleted += len(keys)
+            return deleted
+
+        return await asyncio.to_thread(delete)
+
     async def check(self) -> str:
         """The bucket exists and these credentials reach it (``HeadBucket``)."""
         await asyncio.to_thread(self._client.head_bucket, Bucket=self.settings.bucket)

@@ -61,7 +61,7 @@ from typing import Any, Final, Self, TypeVar, cast
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth.config.errors import ConfigError
-from berth.storage.artifacts import ArtifactStore, artifact_key
+from berth.storage.artifacts import ArtifactStore, artifact_key, artifact_prefix
 from berth.storage.claims import POISONED, ClaimedTurn, ParkedTurn, UnfinishedTurn
 from berth.storage.conversations import (
     ArtifactWrite,
@@ -100,6 +100,16 @@ REQUIRED_MIGRATIONS: Final = ("0001_conversations", "0004_queued_turns", "0006_t
 """The migrations (``berth_schema_migrations.version``) this store's queries need."""
 
 _CONNECTION_LOST: Final = CONNECTION_LOST
+
+_CONVERSATION_TABLES: Final = (
+    "berth_turn_log",
+    "berth_timeline",
+    "berth_sources",
+    "berth_artifacts",
+    "berth_turns",
+    "berth_conversations",
+)
+"""The tables holding a conversation, in the order its rows are deleted (a row before the rows it refers to)."""
 
 _SCOPE: Final = "tenant=$1 AND project=$2 AND user_id=$3 AND conversation_id=$4"
 """The scope condition every per-conversation query carries (its first four parameters)."""
@@ -340,6 +350,28 @@ class PostgresConversationHandle:
 
     # -- writes ----------------------------------------------------------------------------------
 
+    async def erase(self) -> tuple[str, ...]:
+        """Delete the conversation's rows (turn log, timeline, sources, artifacts, turns, the conversation) in one
+        transaction, then its objects in the artifact store (every key under its prefix, those no row names too: an
+        upload a failed commit left behind); return the ids of the turns it had."""
+
+        async def work(connection: Connection, retried: bool) -> tuple[str, ...]:
+            await connection.execute("SELECT 1 FROM berth_conversations WHERE " + _SCOPE + " FOR UPDATE", *self._key)
+            turn_ids = tuple(
+                row["turn_id"]
+                for row in await connection.fetch(
+                    "SELECT turn_id FROM berth_turns WHERE " + _SCOPE + " ORDER BY seq", *self._key
+                )
+            )
+            for table in _CONVERSATION_TABLES:  # children first: the log refers to turns, turns to the conversation
+                await connection.execute("DELETE FROM " + table + " WHERE " + _SCOPE, *self._key)
+            return turn_ids
+
+        turn_ids = await self._store.transaction(work)
+        if self._store.artifacts is not None:
+            await self._store.artifacts.delete_prefix(artifact_prefix(self._scope))
+        return turn_ids
+
     async def _next_seq(self, connection: Connection, now: datetime) -> int:
         """Create the conversation row if needed and count one more turn; return the new turn's ``seq``.
 
@@ -467,6 +499,8 @@ class PostgresConversationHandle:
                 *self._key,
                 turn_id,
             )
+            if self._store.queued and found is None:  # a queued turn is accepted first: its conversation was deleted
+                raise StorageError("turn_not_found", f"turn {turn_id!r} is not stored (its conversation was deleted?)")
             if self._store.queued and found is not None and found["owner"] != owner:
                 raise StorageError("turn_owned", f"turn {turn_id!r} is not this process's: claim it first")
             if found is not None and found["state"] != "accepted":

@@ -165,6 +165,17 @@ class PostgresMemoryIndex:
         rows = await self._pool.fetch(_LEXICAL_SQL, *_filter_arguments(where), match, limit)
         return tuple(LexicalHit(entry=_entry(row), score=float(row["score"])) for row in rows)
 
+    async def erase_conversation(self, scope: ConversationScope) -> int:
+        """Delete every entry of one conversation (its text, vector and ``tsvector`` go with the row)."""
+        status = await self._pool.execute(
+            "DELETE FROM memory_entries WHERE tenant=$1 AND project=$2 AND user_id=$3 AND conversation_id=$4",
+            scope.tenant,
+            scope.project,
+            scope.user_id,
+            scope.conversation_id,
+        )
+        return int(status.rpartition(" ")[2] or 0)
+
     async def list_entries(self, where: MemoryFilter) -> tuple[MemoryEntry, ...]:
         """Return every entry ``where`` admits, oldest first (ties by conversation, turn and path)."""
         rows = await self._pool.fetch(_LIST_SQL, *_filter_arguments(where))

@@ -15,7 +15,7 @@ import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth.storage.meta import ConversationMeta, Feedback, Reaction, TitleSource
 from berth.storage.scope import ConversationScope, OwnerScope
-from berth.storage.usage import SpentRow, UsageGrouping, UsageRecord, UsageTotals
+from berth.storage.usage import SpentRow, UsageGrouping, UsageRecord, UsageTotals, erased_conversation_id
 from berth_postgres.pool import StorePool
 from berth_postgres.retrying import DEFAULT_RETRY_BUDGET_S
 
@@ -146,6 +146,40 @@ class PostgresMetaStore:
             ConversationMeta(owner.conversation(cid), title, bundle, created, updated, source)
             for cid, title, bundle, created, updated, source in rows
         ]
+
+    async def inactive_conversations(
+        self, tenant: str, project: str, *, before: datetime, limit: int
+    ) -> list[ConversationScope]:
+        """Conversations of one tenant/project (every user's) last active before ``before``, least recent first."""
+        rows = await self._fetch(
+            "SELECT user_id, conversation_id FROM meta_conversations WHERE tenant=$1 AND project=$2 "
+            "AND updated_at < $3 ORDER BY updated_at, user_id, conversation_id LIMIT $4",
+            tenant,
+            project,
+            _utc(before),
+            max(limit, 0),
+        )
+        return [
+            ConversationScope(tenant=tenant, project=project, user_id=user, conversation_id=cid) for user, cid in rows
+        ]
+
+    async def erase_conversation(self, scope: ConversationScope) -> bool:
+        """Delete the row and the feedback and give the usage records an anonymous conversation id, in one
+        transaction (retried whole when its connection drops: a retry finds less to do)."""
+        anonymous = erased_conversation_id()
+
+        async def work(connection: Any) -> bool:
+            key = _scope_values(scope)
+            await connection.execute(f"DELETE FROM meta_feedback WHERE {_SCOPE_WHERE}", *key)  # noqa: S608
+            await connection.execute(
+                f"UPDATE meta_usage SET conversation_id=$5 WHERE {_SCOPE_WHERE}",  # noqa: S608 - constant SQL
+                *key,
+                anonymous,
+            )
+            status = await connection.execute(f"DELETE FROM meta_conversations WHERE {_SCOPE_WHERE}", *key)  # noqa: S608
+            return bool(status != "DELETE 0")
+
+        return await self._pool.in_transaction(work)
 
     async def put_feedback(self, feedback: Feedback) -> None:
         """Insert or replace one origin's feedback on a turn."""

@@ -46,11 +46,12 @@ def write_stack_descriptors(
     platform: dict[str, Any] | None = None,
     extra_keys: Sequence[dict[str, Any]] = (),
     tenant_bundles: dict[str, list[str]] | None = None,
+    tenants: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     """Descriptors of two tenants; ``gateway`` adds sections to ``gateway.yaml`` (limits, backpressure);
     ``bundles_secrets`` is ``bundles.secrets.yaml``; ``platform`` adds sections to ``assembly.yaml``'s platform;
     ``extra_keys`` are more entries of ``auth.keys``; ``tenant_bundles`` says which bundles each tenant enables
-    (default: every bundle for both)."""
+    (default: every bundle for both); ``tenants`` adds settings to a tenant of ``assembly.yaml``."""
     root.mkdir(parents=True, exist_ok=True)
     platform = dict(platform or {})
     # titles would take a response of the test's script: a test that wants them says so
@@ -59,6 +60,8 @@ def write_stack_descriptors(
         "platform": {"models": {"default": {"provider": "scripted", "model": str(script)}}, **platform},
         "tenants": {"acme": {"projects": {"support": {}, "sales": {}}}, "globex": {"projects": {"research": {}}}},
     }
+    for tenant, settings in (tenants or {}).items():
+        assembly["tenants"][tenant].update(settings)
     bundles = bundles or {"hello": {"source": {"entry_point": "hello"}}}
     scopes = {
         "acme": {"bundles": sorted(bundles), "default_bundle": sorted(bundles)[0]},
@@ -181,6 +184,7 @@ async def api_stack(
     platform: dict[str, Any] | None = None,
     extra_keys: Sequence[dict[str, Any]] = (),
     tenant_bundles: dict[str, list[str]] | None = None,
+    tenants: dict[str, dict[str, Any]] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
     if current_storage_kind() == "distributed":
@@ -197,13 +201,23 @@ async def api_stack(
                 platform,
                 extra_keys,
                 tenant_bundles,
+                tenants,
             )
             async with _turn_worker(descriptors) as worker, _serving(descriptors, tmp_path, govern_heap) as stack:
                 stack.worker = worker
                 yield stack
         return
     descriptors = write_stack_descriptors(
-        tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys, tenant_bundles
+        tmp_path / "descriptors",
+        script,
+        bundles,
+        auth,
+        gateway,
+        bundles_secrets,
+        platform,
+        extra_keys,
+        tenant_bundles,
+        tenants,
     )
     async with _serving(descriptors, tmp_path, govern_heap) as stack:
         yield stack

@@ -173,3 +173,36 @@ async def test_a_presigned_download_names_a_file_outside_latin_1_as_rfc_6266_say
         assert fetched.headers["content-disposition"] == (
             "attachment; filename=\"_____.txt\"; filename*=UTF-8''%D0%9E%D1%82%D1%87%D1%91%D1%82.txt"
         )
+
+
+@pytest.mark.parametrize("storage_kind", ["distributed"], indirect=True)
+@pytest.mark.usefixtures("storage_kind")
+async def test_deleting_a_conversation_deletes_its_objects(tmp_path: Path, moto_s3: str) -> None:
+    s3 = boto3.client("s3", endpoint_url=moto_s3)
+    async with api_stack(tmp_path, [ANSWER], repeat=True, platform=artifacts(moto_s3)) as stack:
+        kept, deleted = await stack.conversation(), await stack.conversation()
+        for conversation, body in ((kept, b"kept notes"), (deleted, b"secret notes")):
+            response = await stack.client.post(
+                f"/v1/acme/support/conversations/{conversation}/turns",
+                data={"message": "read this"},
+                files={"notes": ("notes.txt", body, "text/plain")},
+                headers=stack.auth(),
+            )
+            await stack.events(response.json()["events_url"])
+        # an upload no row names (a commit that failed after it): under the conversation's prefix all the same
+        scope = ConversationScope(tenant="acme", project="support", user_id="acme-user", conversation_id=deleted)
+        stray = "berth/" + artifact_key(scope, "0" * 64)
+        s3.put_object(Bucket=BUCKET, Key=stray, Body=b"left behind")
+        prefix = "berth/" + artifact_key(scope, "")
+
+        def keys(under: str) -> list[str]:
+            return [item["Key"] for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=under).get("Contents", [])]
+
+        assert len(keys(prefix)) == 2
+        response = await stack.client.delete(f"/v1/acme/support/conversations/{deleted}", headers=stack.auth())
+        assert response.status_code == 204
+        assert keys(prefix) == []
+        kept_scope = ConversationScope(tenant="acme", project="support", user_id="acme-user", conversation_id=kept)
+        assert len(keys("berth/" + artifact_key(kept_scope, ""))) == 1
+        url = f"/v1/acme/support/conversations/{kept}"
+        assert (await stack.client.get(url, headers=stack.auth())).status_code == 200

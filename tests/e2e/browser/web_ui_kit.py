@@ -84,6 +84,8 @@ class BerthHost:
     process: subprocess.Popen[bytes]
     log_path: Path
     headers: dict[str, str] = field(default_factory=dict)
+    var_root: Path | None = None
+    """The storage root the host was started with (``--var``)."""
 
     def api(self) -> httpx.Client:
         """An HTTP client for set-up calls against this host."""
@@ -103,7 +105,7 @@ def start_host(descriptors: Path, var_root: Path, log_path: Path, *, demo: bool 
             pytest.fail(f"berth run exited with {process.returncode}:\n{log_path.read_text()}")
         try:
             if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return BerthHost(url=url, process=process, log_path=log_path)
+                return BerthHost(url=url, process=process, log_path=log_path, var_root=var_root)
         except httpx.HTTPError:
             pass
         time.sleep(0.2)

@@ -148,3 +148,34 @@ def test_deep_merge_replaces_lists_and_merges_mappings() -> None:
     high = {"a": {"y": [3]}, "c": None}
     assert deep_merge(low, high) == {"a": {"x": 1, "y": [3]}, "b": 1, "c": None}
     assert low == {"a": {"x": 1, "y": [1, 2]}, "b": 1}
+
+
+def test_retention_is_off_by_default_and_set_per_tenant_or_project(tmp_path: Path) -> None:
+    assembly = """
+platform:
+  retention: {sweep_interval_s: 600}
+tenants:
+  acme:
+    retention: {conversations_days: 30}
+    projects:
+      support: {}
+      legal: {retention: {conversations_days: null}}
+      chat: {retention: {conversations_days: 0.5}}
+  quiet:
+    projects:
+      main: {}
+"""
+    config = Configuration.load(write_assembly(tmp_path / "d", assembly))
+    assert config.settings_for("quiet", "main").retention.conversations_days is None
+    assert config.settings_for("acme", "support").retention.conversations_days == 30
+    assert config.settings_for("acme", "legal").retention.conversations_days is None  # a project keeps them
+    assert config.settings_for("acme", "chat").retention.conversations_days == 0.5
+    assert config.settings_for().retention.sweep_interval_s == 600
+
+
+def test_a_retention_of_zero_days_is_refused_where_it_is_written(tmp_path: Path) -> None:
+    assembly = "tenants:\n  acme:\n    retention: {conversations_days: 0}\n    projects:\n      support: {}\n"
+    with pytest.raises(DescriptorError) as error:
+        Configuration.load(write_assembly(tmp_path / "d", assembly))
+    where = "assembly.yaml:3 tenants.acme.retention.conversations_days"
+    assert f"{where}: Input should be greater than 0" in str(error.value)

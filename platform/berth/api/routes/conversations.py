@@ -109,6 +109,19 @@ async def update_conversation(
     return _out(renamed)
 
 
+@router.delete("/conversations/{conversation_id}", status_code=204, response_class=Response)
+async def delete_conversation(
+    tenant: str, project: str, conversation_id: str, who: ScopedCaller, host: Services
+) -> Response:
+    """Delete a conversation and everything of it: turns, events, files, memory, feedback, title (its usage stays in
+    the totals, anonymous). A running turn is cancelled first. Another user's conversation is a 404, as is one
+    deleted already."""
+    meta = await _conversation(host, who, tenant, project, conversation_id)
+    if not await host.delete_conversation(meta.scope):
+        raise not_found(f"conversation {conversation_id}")
+    return Response(status_code=204)
+
+
 @router.get("/conversations", response_model=ConversationPage)
 async def list_conversations(
     tenant: str,

@@ -20,6 +20,8 @@ const ICONS = {
   tool: '<svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true" focusable="false"><path fill="currentColor" d="M22.7 19.3 13.6 10.2c.9-2.3.4-5-1.5-6.9-2-2-5-2.4-7.4-1.3l4.3 4.3-3 3-4.4-4.3C.4 7.4.9 10.4 2.9 12.4c1.9 1.9 4.6 2.4 6.9 1.5l9.1 9.1c.4.4 1 .4 1.4 0l2.3-2.3c.5-.4.5-1.1.1-1.4z"/></svg>',
   file: '<svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true" focusable="false"><path fill="currentColor" d="M14 2H6a2 2 0 0 0-2 2v16a2 2 0 0 0 2 2h12a2 2 0 0 0 2-2V8l-6-6zm0 2.5L17.5 8H14V4.5z"/></svg>',
   thumbUp: '<svg viewBox="0 0 24 24" width="16" height="16" aria-hidden="true" focusable="false"><path fill="currentColor" d="M2 21h4V9H2v12zm20-11a2 2 0 0 0-2-2h-6.3l1-4.6v-.3c0-.4-.2-.8-.4-1.1L13.2 1 6.6 7.6C6.2 8 6 8.5 6 9v10a2 2 0 0 0 2 2h9c.8 0 1.5-.5 1.8-1.2l3-7.1c.1-.2.2-.5.2-.7v-2z"/></svg>',
+  pencil: '<svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true" focusable="false"><path fill="currentColor" d="M3 17.25V21h3.75L17.8 9.94l-3.75-3.75L3 17.25zm17.7-10.2a1 1 0 0 0 0-1.42l-2.33-2.33a1 1 0 0 0-1.42 0l-1.83 1.83 3.75 3.75 1.83-1.83z"/></svg>',
+  trash: '<svg viewBox="0 0 24 24" width="14" height="14" aria-hidden="true" focusable="false"><path fill="currentColor" d="M6 19a2 2 0 0 0 2 2h8a2 2 0 0 0 2-2V7H6v12zM19 4h-3.5l-1-1h-5l-1 1H5v2h14V4z"/></svg>',
   thumbDown: '<svg viewBox="0 0 24 24" width="16" height="16" aria-hidden="true" focusable="false"><path fill="currentColor" d="M22 3h-4v12h4V3zM2 14a2 2 0 0 0 2 2h6.3l-1 4.6v.3c0 .4.2.8.4 1.1l1.1 1 6.6-6.6c.4-.4.6-.9.6-1.4V5a2 2 0 0 0-2-2H7c-.8 0-1.5.5-1.8 1.2l-3 7.1c-.1.2-.2.5-.2.7v2z"/></svg>',
 };
 
@@ -251,6 +253,7 @@ const state = {
   bundle: null,
   conversationId: null,
   conversations: new Map(),
+  renaming: null,
   nextBefore: null,
   running: null,
   files: [],
@@ -1141,30 +1144,148 @@ function touchConversation(conversationId, message) {
   renderConversationList();
 }
 
+function conversationTitle(conversation) {
+  return conversation.title || "Untitled conversation";
+}
+
 function renderConversationList() {
   const list = $("conversation-list");
-  list.replaceChildren(
-    ...[...state.conversations.values()].map((conversation) =>
+  list.replaceChildren(...[...state.conversations.values()].map(conversationRow));
+  $("conversation-empty").hidden = state.conversations.size > 0;
+  $("load-more").hidden = !state.nextBefore;
+  const renaming = list.querySelector(".conversation-rename-input");
+  if (renaming) {
+    renaming.focus();
+    renaming.select();
+  }
+}
+
+/** One conversation of the list: open it; rename it in place; delete it (after a confirmation). */
+function conversationRow(conversation) {
+  const title = conversationTitle(conversation);
+  if (state.renaming === conversation.id) {
+    const input = el("input", {
+      class: "conversation-rename-input",
+      value: conversation.title || "",
+      maxlength: "200",
+      "aria-label": `New title of “${title}”`,
+      onkeydown: (event) => {
+        if (event.key === "Escape") {
+          event.preventDefault();
+          state.renaming = null;
+          renderConversationList();
+        }
+      },
+      onblur: () => {
+        if (state.renaming === conversation.id) {
+          state.renaming = null;
+          renderConversationList();
+        }
+      },
+    });
+    const form = el(
+      "form",
+      {
+        class: "conversation-rename",
+        onsubmit: (event) => {
+          event.preventDefault();
+          renameConversation(conversation.id, input.value);
+        },
+      },
+      input,
+    );
+    return el("li", { class: "conversation-row" }, form);
+  }
+  return el(
+    "li",
+    { class: "conversation-row" },
+    el(
+      "button",
+      {
+        type: "button",
+        class: "conversation-item",
+        "data-conversation-id": conversation.id,
+        "aria-current": conversation.id === state.conversationId ? "true" : null,
+        onclick: () => openConversation(conversation.id),
+      },
+      el("span", { class: "conversation-title", text: title }),
+      el("span", { class: "conversation-meta muted small", text: `${conversation.bundle || ""} · ${relativeTime(conversation.updated_at)}` }),
+    ),
+    el(
+      "span",
+      { class: "conversation-actions" },
       el(
-        "li",
-        {},
-        el(
-          "button",
-          {
-            type: "button",
-            class: "conversation-item",
-            "data-conversation-id": conversation.id,
-            "aria-current": conversation.id === state.conversationId ? "true" : null,
-            onclick: () => openConversation(conversation.id),
+        "button",
+        {
+          type: "button",
+          class: "icon-button conversation-action conversation-rename-button",
+          title: "Rename",
+          "aria-label": `Rename “${title}”`,
+          onclick: () => {
+            state.renaming = conversation.id;
+            renderConversationList();
           },
-          el("span", { class: "conversation-title", text: conversation.title || "Untitled conversation" }),
-          el("span", { class: "conversation-meta muted small", text: `${conversation.bundle || ""} · ${relativeTime(conversation.updated_at)}` }),
-        ),
+        },
+        icon("pencil"),
+      ),
+      el(
+        "button",
+        {
+          type: "button",
+          class: "icon-button conversation-action conversation-delete-button",
+          title: "Delete",
+          "aria-label": `Delete “${title}”`,
+          onclick: () => deleteConversation(conversation.id),
+        },
+        icon("trash"),
       ),
     ),
   );
-  $("conversation-empty").hidden = state.conversations.size > 0;
-  $("load-more").hidden = !state.nextBefore;
+}
+
+/** Give a conversation the title the user typed (``PATCH``); an empty one changes nothing. */
+async function renameConversation(conversationId, typed) {
+  const title = typed.trim();
+  state.renaming = null;
+  const meta = state.conversations.get(conversationId);
+  if (!title || !meta || title === meta.title) {
+    renderConversationList();
+    return;
+  }
+  try {
+    const renamed = await api(`${scopePath()}/conversations/${encodeURIComponent(conversationId)}`, {
+      method: "PATCH",
+      json: { title },
+    });
+    Object.assign(meta, renamed);
+  } catch (error) {
+    toast(`The conversation cannot be renamed: ${error.message}`);
+  }
+  renderConversationList();
+}
+
+/** Delete a conversation for good (``DELETE``), once the user confirmed: its turn is stopped, its messages, files
+ * and feedback erased on the server. */
+async function deleteConversation(conversationId) {
+  const meta = state.conversations.get(conversationId);
+  if (!meta) return;
+  const question = `Delete “${conversationTitle(meta)}”? Its messages, files and feedback are erased for good.`;
+  if (!window.confirm(question)) return;
+  const open = state.conversationId === conversationId;
+  if (open) stopStreaming(); // its turn is cancelled by the server: nothing more to show
+  try {
+    await api(`${scopePath()}/conversations/${encodeURIComponent(conversationId)}`, { method: "DELETE" });
+  } catch (error) {
+    if (error.status !== 404) {
+      // 404: it was gone already (deleted elsewhere, or its retention ran out)
+      toast(`The conversation cannot be deleted: ${error.message}`);
+      return;
+    }
+  }
+  state.conversations.delete(conversationId);
+  if (open) resetChat();
+  renderConversationList();
+  toast("Conversation deleted.");
 }
 
 async function loadConversations({ reset }) {

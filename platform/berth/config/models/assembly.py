@@ -393,6 +393,24 @@ class KnowledgeConfig(DescriptorModel):
     )
 
 
+class RetentionConfig(DescriptorModel):
+    """How long conversations are kept (per tenant or project), and how often the host deletes those past it."""
+
+    conversations_days: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "delete a conversation (turns, events, files, memory, feedback, title) this many days after its last "
+            "activity; null keeps conversations until their owner deletes them"
+        ),
+    )
+    sweep_interval_s: float = Field(
+        3600.0,
+        gt=0,
+        description="how often a host looks for conversations past their retention (read from the platform level)",
+    )
+
+
 class MetricsConfig(DescriptorModel):
     """Who may read ``/metrics`` (it names every tenant and its usage)."""
 
@@ -457,6 +475,7 @@ class PlatformConfig(DescriptorModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     tool_threads: ToolThreadsConfig = Field(default_factory=ToolThreadsConfig)
     readiness: ReadinessConfig = Field(default_factory=ReadinessConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     secret_providers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="options per secret-provider plugin, e.g. aws-sm: {region: ...}"
     )
@@ -467,13 +486,15 @@ if TYPE_CHECKING:  # the overrides are built at run time; to the type checker th
     ModelsOverride: TypeAlias = DescriptorModel
     ExecOverride: TypeAlias = DescriptorModel
     EmbedderOverride: TypeAlias = DescriptorModel
+    RetentionOverride: TypeAlias = DescriptorModel
 else:
     ReactOverride = partial_model(ReactConfig, "ReactOverride")
     ModelsOverride = partial_model(ModelsConfig, "ModelsOverride")
     ExecOverride = partial_model(ExecConfig, "ExecOverride")
     EmbedderOverride = partial_model(EmbedderConfig, "EmbedderOverride")
+    RetentionOverride = partial_model(RetentionConfig, "RetentionOverride")
 
-OVERRIDABLE_SECTIONS = ("models", "react", "exec", "embedder")
+OVERRIDABLE_SECTIONS = ("models", "react", "exec", "embedder", "retention")
 
 
 class ProjectConfig(DescriptorModel):
@@ -484,6 +505,7 @@ class ProjectConfig(DescriptorModel):
     react: ReactOverride | None = None
     exec: ExecOverride | None = None
     embedder: EmbedderOverride | None = None
+    retention: RetentionOverride | None = None
 
 
 class TenantConfig(DescriptorModel):
@@ -494,6 +516,7 @@ class TenantConfig(DescriptorModel):
     react: ReactOverride | None = None
     exec: ExecOverride | None = None
     embedder: EmbedderOverride | None = None
+    retention: RetentionOverride | None = None
     projects: dict[ScopeName, ProjectConfig] = Field(default_factory=dict)
 
 

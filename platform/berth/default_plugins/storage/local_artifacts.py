@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
@@ -70,6 +71,30 @@ class LocalArtifactStore:
     async def download_url(self, key: str, *, filename: str, mime: str) -> str | None:
         """None: local objects are streamed by the API."""
         return None
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete the objects under ``prefix`` (a folder's, ending in ``/``, or any start of a key); return how many."""
+        folder, _, start = prefix.rpartition("/")
+        base = self._path(folder) if folder else self.root.resolve()
+
+        def delete() -> int:
+            if not base.is_dir():
+                return 0
+            deleted = 0
+            for entry in list(base.iterdir()):
+                if not entry.name.startswith(start):
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    deleted += sum(1 for found in entry.rglob("*") if found.is_file())
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink(missing_ok=True)
+                    deleted += 1
+            if not start and base != self.root.resolve():
+                base.rmdir()  # the prefix's own folder (emptied above)
+            return deleted
+
+        return await in_storage_thread(delete)
 
     async def check(self) -> str:
         """The folder exists (it is created) and is writable."""

@@ -47,6 +47,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 import uuid
@@ -156,6 +157,9 @@ CREATE TABLE IF NOT EXISTS artifacts (
     PRIMARY KEY (conversation, path)
 ) WITHOUT ROWID;
 """
+
+_CONVERSATION_TABLES: Final = ("turn_log", "timeline", "sources", "artifacts", "turns")
+"""The tables whose rows belong to one conversation (by its row id), erased with it."""
 
 _ADDED_COLUMNS: Final = {
     "turns": (
@@ -646,6 +650,37 @@ class SqliteConversationHandle:
             return tuple(ArtifactWrite(path, (self._folder / "blobs" / digest).read_bytes()) for path, digest in rows)
 
         return await in_storage_thread(work)
+
+    async def erase(self) -> tuple[str, ...]:
+        """Delete the conversation's rows (turns, turn log, timeline, sources, artifact index) in one transaction,
+        then its blobs, then purge the database (:meth:`SqliteDatabase.purge`: the rows' bytes are zeroed and no
+        older version of their pages stays in the WAL); return the ids of the turns it had.
+
+        The transaction queues behind the durable writes already queued (a commit of the conversation lands
+        first, and is erased with the rest).
+        """
+
+        def work(connection: sqlite3.Connection) -> tuple[str, ...]:
+            conversation = self._conversation_id(connection)
+            if conversation is None:
+                return ()
+            turn_ids = tuple(
+                str(row[0])
+                for row in connection.execute(
+                    "SELECT turn_id FROM turns WHERE conversation=? ORDER BY seq", (conversation,)
+                )
+            )
+            for table in _CONVERSATION_TABLES:
+                connection.execute(f"DELETE FROM {table} WHERE conversation=?", (conversation,))  # noqa: S608
+            connection.execute("DELETE FROM conversations WHERE id=?", (conversation,))
+            return turn_ids
+
+        turn_ids = await self._store.database.write_together(work)
+        for turn_id in turn_ids:
+            self._store.mark_done(self._scope, turn_id)
+        await in_storage_thread(shutil.rmtree, self._folder, ignore_errors=True)
+        await in_storage_thread(self._store.database.purge)
+        return turn_ids
 
     async def commit_turn(self, commit: TurnCommit) -> int:
         """Write the timeline, sources, final round, artifacts and turn state atomically; return the new version.

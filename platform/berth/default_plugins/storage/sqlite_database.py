@@ -13,6 +13,12 @@ Writes come in three kinds, by what they need:
   others commit. Under load, one ``fsync`` then makes many turns durable instead of one; and it is
   taken after the connection is released, so reads and short writes do not wait for the disk.
 
+Deleted content is overwritten (``PRAGMA secure_delete=ON``: a deleted row's bytes, and every page freed, are
+zeroed), and :meth:`SqliteDatabase.purge` checkpoints the WAL and truncates it to nothing, so once a deletion is
+purged no byte of what it deleted is left in the database's files: the WAL would otherwise keep the pages as they
+were before, until overwritten. Zeroing costs writes that delete or move rows some I/O: it is the price of a
+delete that really deletes.
+
 SQLite's automatic WAL checkpoint is off: it runs inside whichever commit crosses the threshold, and a
 ``write_now`` commit runs on the event loop's thread, so one turn in a thousand stalled every other
 for the length of a checkpoint. A checkpoint runs instead every :data:`CHECKPOINT_EVERY` writes, in a
@@ -22,6 +28,7 @@ worker thread and on a connection of its own (writes go on meanwhile), and when 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import threading
@@ -36,6 +43,8 @@ from berth.storage.conversations import StorageError
 __all__ = ["SqliteDatabase"]
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 500
 """Writes between two WAL checkpoints (SQLite's own automatic checkpoint is off; see ``open``)."""
@@ -89,6 +98,7 @@ class SqliteDatabase:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute("PRAGMA synchronous=NORMAL")  # a durable write switches to FULL for itself
                 connection.execute("PRAGMA busy_timeout=10000")
+                connection.execute("PRAGMA secure_delete=ON")  # deleted rows and freed pages are zeroed
                 # No checkpoint inside a commit: it would run wherever the write runs, the event loop's
                 # thread included, and stall every turn. Checkpoints run in a worker thread instead.
                 connection.execute("PRAGMA wal_autocheckpoint=0")
@@ -236,6 +246,18 @@ class SqliteDatabase:
                 self._checkpointing = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
                 self._checkpointing.execute("PRAGMA busy_timeout=10000")
             self._checkpointing.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def purge(self) -> bool:
+        """Copy every frame of the WAL into the database file and truncate the WAL to nothing: what a deletion
+        zeroed is then zeroed in the file, and no older version of its pages is left in the WAL. Return False when
+        another process reading the database kept it from finishing (its WAL is then truncated by the next purge).
+        """
+        with self._checkpoint_lock, self._lock:
+            connection = self._require()
+            busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            log.warning("%s: a reader kept the WAL from being truncated after a deletion", self.path.name)
+        return not busy
 
     def _run_group(self, works: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[_Outcome]:
         """Run each write in a savepoint of one transaction, then make it durable; return each one's outcome.

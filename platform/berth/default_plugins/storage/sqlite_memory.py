@@ -193,6 +193,32 @@ class SqliteMemoryIndex:
 
         return await in_storage_thread(self.database.read, work)
 
+    async def erase_conversation(self, scope: ConversationScope) -> int:
+        """Delete every entry of one conversation and merge the lexical index, then purge the database; return how
+        many entries there were.
+
+        An FTS5 delete only adds a delete marker: the words of the text stay in the index's older segments until a
+        merge drops them, so the index is merged whole (``optimize``) after the delete. That costs what the whole
+        index holds (see ``docs/storage.md``); it runs in a worker thread, once per deleted conversation.
+        """
+        key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+
+        def work(connection: sqlite3.Connection) -> int:
+            rows = connection.execute(
+                "SELECT id FROM memory_entries WHERE tenant=? AND project=? AND user_id=? AND conversation_id=?", key
+            ).fetchall()
+            if not rows:
+                return 0
+            connection.executemany("DELETE FROM memory_fts WHERE rowid=?", rows)
+            connection.executemany("DELETE FROM memory_entries WHERE id=?", rows)
+            connection.execute("INSERT INTO memory_fts (memory_fts) VALUES ('optimize')")
+            return len(rows)
+
+        erased = await self.database.write_together(work)
+        if erased:
+            await in_storage_thread(self.database.purge)
+        return erased
+
     async def list_entries(self, where: MemoryFilter) -> tuple[MemoryEntry, ...]:
         """Return every entry ``where`` admits, oldest first."""
 

@@ -12,7 +12,7 @@ from berth.default_plugins.storage.sqlite_database import SqliteDatabase
 from berth.default_plugins.storage.threads import in_storage_thread
 from berth.storage.meta import ConversationMeta, Feedback, TitleSource
 from berth.storage.scope import ConversationScope, OwnerScope
-from berth.storage.usage import SpentRow, UsageGrouping, UsageRecord, UsageTotals
+from berth.storage.usage import SpentRow, UsageGrouping, UsageRecord, UsageTotals, erased_conversation_id
 
 DATABASE_FILE = "meta.sqlite3"
 
@@ -177,6 +177,35 @@ class SqliteMetaStore:
             ConversationMeta(owner.conversation(cid), title, bundle, _time(created), _time(updated), source)
             for cid, title, bundle, created, updated, source in rows
         ]
+
+    async def inactive_conversations(
+        self, tenant: str, project: str, *, before: datetime, limit: int
+    ) -> list[ConversationScope]:
+        """Conversations of one tenant/project last active before ``before``, least recent first."""
+        rows = await self._read(
+            "SELECT user_id, conversation_id FROM conversations WHERE tenant=? AND project=? AND updated_at < ? "
+            "ORDER BY updated_at, user_id, conversation_id LIMIT ?",
+            (tenant, project, _iso(before), limit),
+        )
+        return [
+            ConversationScope(tenant=tenant, project=project, user_id=user, conversation_id=cid) for user, cid in rows
+        ]
+
+    async def erase_conversation(self, scope: ConversationScope) -> bool:
+        """Delete the row and the feedback, give the usage records an anonymous conversation id (one transaction),
+        then purge the database (no byte of the title or the feedback is left in its files)."""
+        key = (scope.tenant, scope.project, scope.user_id, scope.conversation_id)
+        anonymous = erased_conversation_id()
+        where = "WHERE tenant=? AND project=? AND user_id=? AND conversation_id=?"
+
+        def work(connection: sqlite3.Connection) -> bool:
+            connection.execute(f"DELETE FROM feedback {where}", key)  # noqa: S608 - constant SQL
+            connection.execute(f"UPDATE usage SET conversation_id=? {where}", (anonymous, *key))  # noqa: S608
+            return connection.execute(f"DELETE FROM conversations {where}", key).rowcount > 0  # noqa: S608
+
+        existed = await self.database.write_together(work)
+        await in_storage_thread(self.database.purge)
+        return bool(existed)
 
     async def put_feedback(self, feedback: Feedback) -> None:
         """Insert or replace one origin's feedback on a turn."""
