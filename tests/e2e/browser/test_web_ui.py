@@ -386,7 +386,7 @@ MARKDOWN_CASES = [
         "see ![the screen](fi:turn_1.attachments/screen.png) and ![pixel](https://t.example/p.gif)",
         '<p>see <img alt="the screen" data-path="fi:turn_1.attachments/screen.png" class="answer-image"> and '
         '<a href="https://t.example/p.gif" target="_blank" rel="noopener noreferrer" class="external-image">'
-        "🖼 pixel</a></p>",
+        "pixel (image at t.example, not loaded)</a></p>",
     ),
     (
         '![x](fi:turn_1.outputs/a"onerror="b.png)',

@@ -122,7 +122,8 @@ function finishFragment(fragment, citeUrls) {
         replacement.setAttribute("rel", "noopener noreferrer");
       }
       replacement.className = "external-image";
-      replacement.textContent = `🖼 ${alt || src || "image"}`;
+      const where = SAFE_URL.test(src) ? new URL(src).host : "elsewhere";
+      replacement.textContent = `${alt || "image"} (image at ${where}, not loaded)`;
       image.replaceWith(replacement);
     }
   }
@@ -398,11 +399,13 @@ function prettyJson(value) {
 
 const NUMBER = new Intl.NumberFormat("en-US");
 
-/** "1,234 tokens · $0.0042" for a turn's usage (``cost_usd`` null: its model has no price). */
+/** "1,234 tokens · $0.0042" for a turn's usage (``cost_usd`` null: its model has no price); "" when it reported
+ * none (a turn stopped before its model call ended never hears what that call used). */
 export function usageLabel(usage) {
   if (!usage) return "";
   const tokens =
     (usage.input_tokens || 0) + (usage.output_tokens || 0) + (usage.cache_read_input_tokens || 0) + (usage.cache_creation_input_tokens || 0);
+  if (!tokens) return "";
   const cost = typeof usage.cost_usd === "number" ? ` · $${usage.cost_usd < 0.01 ? usage.cost_usd.toFixed(4) : usage.cost_usd.toFixed(2)}` : "";
   return `${NUMBER.format(tokens)} tokens${cost}`;
 }
@@ -872,9 +875,8 @@ class TurnView {
       );
     }
     if (this.answerText.trim()) items.push(...this.feedbackButtons());
-    if (this.usage) {
-      items.push(el("span", { class: "usage muted small", title: usageDetail(this.usage), text: usageLabel(this.usage) }));
-    }
+    const used = usageLabel(this.usage);
+    if (used) items.push(el("span", { class: "usage muted small", title: usageDetail(this.usage), text: used }));
     this.footer.replaceChildren(...items);
     this.footer.hidden = items.length === 0;
   }
