@@ -104,18 +104,67 @@ class FeedbackOut(BaseModel):
     created_at: datetime
 
 
+class ToolCallOut(BaseModel):
+    """A tool call of a turn, as its card showed it live."""
+
+    seq: int = Field(description="where in the turn it happened (orders tools and live events)")
+    call_id: str
+    tool_id: str
+    params: Any
+    ok: bool | None = Field(description="null: the call never returned (the turn was stopped or interrupted)")
+    summary: str | None = Field(description="what the tool.result event showed")
+    code: str | None = Field(None, description="the program of an exec.python call")
+    artifacts: list[dict[str, Any]] = Field(default_factory=list, description="files it produced: path, mime, size")
+
+
+class LiveEventOut(BaseModel):
+    """A follow-up or steer the user sent while the turn ran."""
+
+    seq: int
+    kind: Literal["followup", "steer"]
+    message: str
+    attachments: list[dict[str, Any]]
+
+
+class NoticeOut(BaseModel):
+    """A notice the turn showed."""
+
+    code: str
+    message: str
+
+
+class TurnUsageOut(BaseModel):
+    """The tokens the turn used, and their cost by the price table (null: the model has no price)."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    cost_usd: float | None
+
+
 class TurnOut(BaseModel):
-    """One turn of a conversation."""
+    """One turn of a conversation: what a client needs to show it again as it was shown live."""
 
     turn_id: str
-    state: str
+    state: str = Field(description="completed, cancelled (stopped by the user), failed, interrupted, running, accepted")
+    outcome: str | None = Field(None, description="how the loop ended it: completed, exited, iteration_limit, …")
     prompt: str | None
-    answer: str | None
+    answer: str | None = Field(description="with citations as markdown links; a stopped turn's partial answer")
+    partial: bool = Field(False, description="the answer is what a stopped turn had written when it was stopped")
     followups: list[str]
     citations: list[Citation]
     attachments: list[dict[str, Any]]
+    reasoning: list[str] = Field(default_factory=list, description="the thinking of each round, in order")
+    tools: list[ToolCallOut] = Field(default_factory=list)
+    live_events: list[LiveEventOut] = Field(default_factory=list)
+    notices: list[NoticeOut] = Field(default_factory=list)
+    artifacts: list[dict[str, Any]] = Field(default_factory=list, description="files the turn produced")
+    status_message: str | None = Field(None, description="why the turn did not simply complete")
+    usage: TurnUsageOut | None = None
     feedback: list[FeedbackOut]
     started_at: datetime | None
+    ended_at: datetime | None = None
 
 
 class ConversationDetail(ConversationOut):
@@ -147,6 +196,18 @@ class ToolThreadsOut(BaseModel):
     waiting: int = Field(description="calls waiting for a thread")
 
 
+class BundleLoadErrorOut(BaseModel):
+    """Why the bundle's last load failed. ``file`` and ``line`` (in the bundle's code) are shown to admin keys only;
+    others get the code and a message without the host's file paths."""
+
+    generation: int | None = Field(description="the generation that failed to load (null: the props failed)")
+    serving_generation: int | None = Field(description="the generation that still serves (null: none does)")
+    code: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+
 class BundleOut(BaseModel):
     """A bundle the caller may use."""
 
@@ -161,6 +222,11 @@ class BundleOut(BaseModel):
     )
     widgets: list[WidgetOut]
     tool_threads: ToolThreadsOut
+    load_error: BundleLoadErrorOut | None = Field(
+        None,
+        description="the last load failed: for a failed bundle, to every caller; while an older generation still "
+        "serves (a reload failed), to admin keys only",
+    )
 
 
 class FeedbackReport(BaseModel):

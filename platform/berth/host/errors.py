@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,24 @@ class LoadError:
     def __str__(self) -> str:
         where = f" ({self.file}:{self.line})" if self.file else ""
         return f"[{self.code}] {self.message}{where}"
+
+    def public_message(self) -> str:
+        """The message without the host's file paths (each absolute path shortened to its file name): what a
+        tenant's user may be shown; operators see ``file``, ``line`` and the traceback."""
+        return without_paths(self.message)
+
+
+_ABSOLUTE_PATH = re.compile(
+    r"(?<![\w.:/~-])(?:[A-Za-z]:[\\/]|/)(?=[^\s/])"  # a root (POSIX or a drive), then something
+    r"(?:[^\s'\"()\[\]<>,;:]*[\\/])*"  # the folders
+    r"([^\s'\"()\[\]<>,;:\\/]*)"  # the file name
+)
+
+
+def without_paths(text: str) -> str:
+    """``text`` with every absolute path (POSIX or Windows) replaced by its last part: a file name says what broke
+    without telling a reader how the host's disk is laid out."""
+    return _ABSOLUTE_PATH.sub(lambda match: match.group(1) or "…", text)
 
 
 class BundleLoadError(Exception):

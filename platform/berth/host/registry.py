@@ -43,6 +43,9 @@ class BundleStatus:
     error: LoadError | None
     tenants: tuple[str, ...]
     loaded_at: float | None
+    failed_generation: int | None = None
+    """The number of the generation whose load failed last (``error`` says why); while ``state`` is ``loaded``,
+    the bundle still serves ``generation``, an older one."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class BundleRegistry:
         self._load_timeout_s = load_timeout_s
         self._current: dict[str, BundleGeneration] = {}
         self._errors: dict[str, LoadError] = {}
+        self._failed_numbers: dict[str, int] = {}
         self._counters: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._retired: set[BundleGeneration] = set()
@@ -127,6 +131,7 @@ class BundleRegistry:
                 )
             except BundleLoadError as exc:
                 self._errors[bundle_id] = exc.error
+                self._failed_numbers[bundle_id] = number
                 log.error("bundle %s generation %d failed to load: %s", bundle_id, number, exc.error)
                 outcome = ReloadOutcome(bundle_id, False, None, exc.error, time.perf_counter() - started, reason)
             else:
@@ -134,6 +139,7 @@ class BundleRegistry:
                 previous = self._current.get(bundle_id)
                 self._current[bundle_id] = generation
                 self._errors.pop(bundle_id, None)
+                self._failed_numbers.pop(bundle_id, None)
                 if previous is not None:
                     await self._retire(previous)
                 log.info("bundle %s generation %d serving (%s)", bundle_id, number, reason)
@@ -161,6 +167,7 @@ class BundleRegistry:
                 except DescriptorError as exc:
                     error = LoadError("bundle_props_invalid", exc.render())
                     self._errors[bundle_id] = error
+                    self._failed_numbers.pop(bundle_id, None)  # props, not a generation, failed
                     outcome = ReloadOutcome(bundle_id, False, generation.number, error, 0.0, "descriptors")
                     self._notify(outcome)
                     return [outcome]
@@ -188,7 +195,9 @@ class BundleRegistry:
         generation = self._current.get(bundle_id)
         if generation is None:
             error = self._errors.get(bundle_id)
-            detail = f": {error}" if error else ""
+            # what a tenant's user may read: the code and a message without the host's file paths (an operator
+            # finds file, line and traceback in GET /v1/admin/bundles)
+            detail = f": [{error.code}] {error.public_message()}" if error else ""
             raise ConfigError("bundle_unavailable", f"bundle '{bundle_id}' has no loaded generation{detail}")
         return generation
 
@@ -254,6 +263,7 @@ class BundleRegistry:
                     error=error,
                     tenants=tenants,
                     loaded_at=generation.loaded_at if generation else None,
+                    failed_generation=self._failed_numbers.get(bundle_id) if error else None,
                 )
             )
         return rows + self._installed_but_not_enabled()

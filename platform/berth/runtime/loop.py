@@ -480,9 +480,8 @@ class TurnRunner:
             if task is not None:
                 task.uncancel()
             error = {"code": "cancelled", "message": "the turn was cancelled"}
-            return await finish(
-                "cancelled", decision, [self._status_block(state, "cancelled", error["message"])], error
-            )
+            status = self._status_block(state, "cancelled", error["message"])
+            return await finish("cancelled", decision, [*self._partial_answer_blocks(state), status], error)
 
     # -- a round ---------------------------------------------------------------------------------
 
@@ -499,8 +498,13 @@ class TurnRunner:
         """Stream one model call through the channel parser; None when a steer stopped it (decide again)."""
         lookup = citation_lookup(state.sources)
 
+        streamed = state.streamed_answer
+        streamed.clear()
+
         async def forward(event: StreamEvent) -> None:
             if isinstance(event, ChannelDelta) and event.marker:
+                if event.marker == "answer":
+                    streamed.append((event.instance, event.raw))
                 await emit(
                     TurnEvent(
                         "channel.delta",
@@ -682,6 +686,25 @@ class TurnRunner:
                 )
             )
         return blocks
+
+    def _partial_answer_blocks(self, state: TurnState) -> list[Block]:
+        """The answer a cancelled turn had streamed when it stopped, kept (``meta.partial``): what the user saw of
+        it stays in the conversation, for them and for the model's next turn; none when nothing was streamed."""
+        partial = state.partial_answer()
+        if not partial.strip():
+            return []
+        return [
+            record_block(
+                BlockType.ASSISTANT_COMPLETION,
+                state.turn_id,
+                "assistant.completion",
+                self._clock(),
+                "assistant",
+                mime="text/markdown",
+                text=partial,
+                meta={"partial": True},
+            )
+        ]
 
     def _status_block(self, state: TurnState, status: str, message: str) -> Block:
         return record_block(

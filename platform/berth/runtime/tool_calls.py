@@ -185,6 +185,10 @@ async def execute_tool_call(
         shown += "".join(f"\n{source_line(row)}" for row in rows if row is not None)
     ok = not output.is_error
     meta: dict[str, Any] = {"tool_id": tool_id, "ok": ok, "size": len(text), "sids": list(sids)}
+    summary = output.summary or text[:200]
+    meta["summary"] = summary  # what the tool.result event shows, for a client that replays the turn later
+    if produced:
+        meta["artifacts"] = [{"path": path, "mime": mime, "size": size} for path, mime, size in produced]
     if state.reopened_media:  # react.read shows an image again: the renderer puts it after this result
         media_path, media_mime = state.reopened_media[0]
         meta.update(media="image", media_path=media_path, media_mime=media_mime)
@@ -210,7 +214,7 @@ async def execute_tool_call(
                 "call_id": call_id,
                 "tool_id": tool_id,
                 "ok": ok,
-                "summary": output.summary or text[:200],
+                "summary": summary,
                 "paths": [result_path],
             },
         )

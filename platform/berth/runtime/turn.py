@@ -92,6 +92,9 @@ class TurnState:
     """Stores files the turn produced before they are announced (the loop's recorder, once the turn has begun)."""
     compaction_usage: Usage = field(default_factory=Usage)
     """What compaction's summaries cost this turn (added to the rounds' usage when the turn ends)."""
+    streamed_answer: list[tuple[int, str]] = field(default_factory=list)
+    """``(instance, raw text)`` of the answer the model call in progress has streamed so far: what the user saw
+    of it, kept as the turn's partial answer when the turn is cancelled before that call completes."""
     _call_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _plan_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     plans: PlanBookCache = field(default_factory=PlanBookCache, repr=False)
@@ -130,6 +133,17 @@ class TurnState:
     def next_plan_id(self) -> str:
         """A plan id unique within the conversation (turn id + counter)."""
         return f"{self.turn_id.removeprefix('turn_')}p{next(self._plan_numbers)}"
+
+    def partial_answer(self) -> str:
+        """The answer streamed so far by the latest model call (its instances separated by a blank line)."""
+        parts: list[str] = []
+        instance: int | None = None
+        for number, text in self.streamed_answer:
+            if instance is not None and number != instance:
+                parts.append("\n\n")
+            parts.append(text)
+            instance = number
+        return "".join(parts)
 
     def plan_book(self) -> PlanBook:
         """The plans as the timeline records them now."""

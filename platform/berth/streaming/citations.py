@@ -8,11 +8,13 @@ only in what is sent to clients — the raw text the model wrote is stored as it
 * ``html``: ``<sup class="cite" data-sids="1,3"><a href="…" title="…">[1]</a>…</sup>``.
 
 A SID the lookup does not know, or whose URL is not http(s), is left out (collected in
-``unknown_sids``): a token citing none that can be linked disappears, so a reader never sees a raw
-``[[S:9]]``. A token naming more than :data:`MAX_SIDS_PER_TOKEN` sources stands for the first that many
-(a range is never expanded further). Only text longer than :data:`TOKEN_MAX_LEN` characters, which no
+``unknown_sids``): a token citing none that can be linked disappears, with the spaces before it, so a reader
+never sees a raw ``[[S:9]]`` nor a stray space where it was (``text [[S:9]].`` reads ``text.``). A token
+naming more than :data:`MAX_SIDS_PER_TOKEN` sources stands for the first that many (a range is never expanded
+further). Only text longer than :data:`TOKEN_MAX_LEN` characters, which no
 list of sources needs, is not a citation and is left as written. :class:`CitationScanner` holds back
-only a tail that could still become a token, so a token split across chunks is never partly emitted.
+only a tail that could still become a token (and the spaces before it, which a dropped token takes along), so a
+token split across chunks is never partly emitted.
 """
 
 from __future__ import annotations
@@ -155,15 +157,24 @@ class CitationScanner:
         while (start := buf.find("[", search)) >= 0:
             match = _TOKEN.match(buf, start)
             if match is not None and match.end() - start <= TOKEN_MAX_LEN:
-                parts.append(buf[pos:start])
-                parts.append(self._render(match.group(1)))
+                rendered = self._render(match.group(1))
+                # a dropped token takes the spaces before it along: "text [[S:9]]." reads "text.", not "text ."
+                parts.append(buf[pos:start] if rendered else buf[pos:start].rstrip(" \t"))
+                parts.append(rendered)
                 pos = search = match.end()
                 continue
             if len(buf) - start < TOKEN_MAX_LEN and _TOKEN_PREFIX.match(buf, start):
-                self._tail = buf[start:]
-                parts.append(buf[pos:start])
-                return "".join(parts), buf[:start]
+                held = _spaces_before(buf, start, pos)
+                self._tail = buf[held:]
+                parts.append(buf[pos:held])
+                return "".join(parts), buf[:held]
             search = start + 1
+        # spaces at the end may come before a token the next piece brings (and go with it): held until then
+        held = _spaces_before(buf, len(buf), pos)
+        if held < len(buf):
+            self._tail = buf[held:]
+            parts.append(buf[pos:held])
+            return "".join(parts), buf[:held]
         if not parts:
             return buf, buf
         parts.append(buf[pos:])
@@ -199,6 +210,14 @@ class CitationScanner:
         if not known:
             return "", (), tuple(unknown)  # nothing to link: the token is dropped, never shown raw
         return render_sources(known, self._style), tuple(known), tuple(unknown)
+
+
+def _spaces_before(text: str, end: int, start: int) -> int:
+    """Where the run of spaces and tabs that ends at ``end`` begins (not before ``start``)."""
+    at = end
+    while at > start and text[at - 1] in " \t":
+        at -= 1
+    return at
 
 
 def _markdown_label(source: CitationSource) -> str:

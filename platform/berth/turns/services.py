@@ -47,6 +47,7 @@ from berth.turns.control import TurnControl, encode_attachments
 from berth.turns.erasure import erase_conversation
 from berth.turns.errors import ServiceError, not_found
 from berth.turns.event_log import HEARTBEAT, TurnEventLog, encode_frame
+from berth.turns.history import TurnReplay, read_turn_replays
 from berth.turns.metrics import Metrics
 from berth.turns.queue import TurnQueue
 from berth.turns.redis_events import RedisTurnEventLog, epoch_floor
@@ -331,8 +332,13 @@ class HostServices:
         turn_id: str | None = None,
         attachments: tuple[tuple[str, str, bytes], ...] = (),
         user_timezone: str = "UTC",
+        provisional_title: bool = False,
     ) -> RunningTurn:
         """Start a turn in the background; its events go to a log clients can stream and resume.
+
+        With ``provisional_title`` (the conversation has no title yet), the message becomes its title as soon as
+        the turn is accepted (``title_source: message``), so a conversation list shows it while the summarizer
+        makes the real one; a refused message leaves the conversation untitled.
 
         The turn is admitted first (:class:`~berth.turns.admission.Admission`: 429 when its tenant runs as many
         turns as it may, 503 when this worker's slots and queue are full); an admitted turn may wait for a
@@ -343,9 +349,12 @@ class HostServices:
         if _key(scope) in self._deleting:
             raise not_found(f"conversation {scope.conversation_id}")
         if self.distributed is not None:
-            return await self._queue_turn(
+            queued = await self._queue_turn(
                 scope, bundle_id, message, turn_id=turn_id, attachments=attachments, user_timezone=user_timezone
             )
+            if provisional_title:
+                await self._title_with_message(scope, message)
+            return queued
         key = _key(scope)
         if key in self._busy:
             raise ServiceError(409, "turn_in_progress", f"turn {self._busy[key]} of this conversation is still running")
@@ -452,6 +461,8 @@ class HostServices:
 
         running.task = asyncio.create_task(run(), name=f"turn {turn_id}")
         running.task.add_done_callback(lambda _: self._turn_ended(running, admitted))
+        if provisional_title:
+            await self._title_with_message(scope, message)
         return running
 
     async def _queue_turn(
@@ -709,7 +720,11 @@ class HostServices:
             log.warning("the live events that came too late for turn %s start no turn: %s", running.turn_id, refused)
             next_turn: dict[str, Any] = {"error": {"code": refused.code, "message": refused.message}}
         else:
-            next_turn = {"turn_id": following.turn_id, "events_url": events_url(running.scope, following.turn_id)}
+            next_turn = {
+                "turn_id": following.turn_id,
+                "events_url": events_url(running.scope, following.turn_id),
+                "message": message,
+            }
         return TurnEvent(ended.type, {**ended.data, "next_turn": next_turn})
 
     def running_turn(self, scope: ConversationScope) -> RunningTurn | None:
@@ -785,6 +800,14 @@ class HostServices:
                     409, "turn_exists", f"turn id {turn_id} is already used in this conversation"
                 ) from None
             raise
+
+    async def _title_with_message(self, scope: ConversationScope, message: str) -> None:
+        """Title an untitled conversation with the message of its first accepted turn, until a better title comes."""
+        assert self.meta is not None
+        try:
+            await self.meta.touch_conversation(scope, at=datetime.now(UTC), title=message[:80])
+        except Exception:  # the turn goes on: the title is set again when it ends
+            log.warning("could not title conversation %s with its first message", scope.conversation_id, exc_info=True)
 
     def _metered(self, scope: ConversationScope, turn_id: str, bundle_id: str) -> TurnUsageMeter:
         """The usage meter of a turn about to start; 429 ``budget_exceeded`` (with ``Retry-After`` until the
@@ -945,6 +968,16 @@ class HostServices:
         code = record.exit_reason if record.state == "failed" and record.exit_reason else record.state
         message = record.error or f"the turn {record.state}"
         return TurnEvent("turn.failed", {"code": code, "message": message, "turn_id": turn_id})
+
+    async def conversation_replays(self, scope: ConversationScope) -> list[TurnReplay]:
+        """The conversation's turns as they were shown live, from their turn logs (usage priced by the price table
+        of the turn's model)."""
+        assert self.store is not None
+        handle = self.store.conversation(scope)
+        snapshot = await handle.load()
+        ledger = self.usage
+        price = partial(ledger.cost_of, scope) if ledger is not None else None
+        return await read_turn_replays(handle, snapshot, price=price)
 
     async def _stored_answer(
         self, scope: ConversationScope, turn_id: str, sources: Sequence[SourceRecord]

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 from berth.config.models.assembly import ModelPrice, ModelsConfig
 from berth.config.models.gateway import Budget
+from berth.models.events import Usage
 from berth.runtime.metering import BudgetBreach, ModelCall
 from berth.storage.meta import MetaStore
 from berth.storage.scope import ConversationScope, OwnerScope
@@ -132,6 +133,11 @@ class UsageLedger:
             cost_usd=cost,
             at=at,
         )
+
+    def cost_of(self, scope: OwnerScope, model: str, usage: Usage) -> float | None:
+        """What ``usage`` costs at the price of ``model`` (a ``provider:model`` label) in ``scope``; None when
+        unpriced."""
+        return call_cost(self._price(scope, model), usage)
 
     def _price(self, scope: OwnerScope, model: str) -> ModelPrice | None:
         """The price of ``model`` in ``scope``'s settings; None when they cannot be read (a reload took the scope

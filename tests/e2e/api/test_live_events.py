@@ -221,6 +221,7 @@ async def test_a_followup_that_arrives_while_the_answer_is_written_starts_the_ne
         assert sent.json()["turn_id"] == started["turn_id"]
         completed = await stack.wait_for(started["events_url"], "turn.completed")
         next_turn = completed["next_turn"]
+        assert next_turn["message"] == "and then a summary", "a client shows the new turn's own message"
         await stack.wait_for(next_turn["events_url"], "turn.completed")
         detail = await stack.client.get(f"/v1/acme/support/conversations/{conversation}", headers=stack.auth())
         turns = detail.json()["turns"]

@@ -41,6 +41,18 @@ def test_the_ui_works_under_its_policy_without_a_single_violation(strict_page: P
     widget.locator("input[name='name']").fill("Ada")
     widget.locator("button").click()
     assert widget.locator("#out").inner_text() == "Hello, Ada!"  # the widget's own script runs, sandboxed
+    shown = page.evaluate(  # markdown-it's aligned columns come as classes: the policy forbids style attributes
+        """async (text) => {
+            const ui = await import('/static/app.js');
+            const box = document.createElement('div');
+            box.innerHTML = ui.renderMarkdown(text);
+            document.getElementById('messages').append(box);
+            const count = (selector) => box.querySelectorAll(selector).length;
+            return {cells: count('td.align-right'), keywords: count('.hljs-number')};
+        }""",
+        "| a | b |\n|:-:|--:|\n| 1 | 2 |\n\n```python\nx = 1\n```",
+    )
+    assert shown == {"cells": 1, "keywords": 1}
     assert refused == []
 
 

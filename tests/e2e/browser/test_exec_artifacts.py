@@ -64,3 +64,11 @@ def test_the_chart_is_shown_under_the_answer(page: Page, exec_host: BerthHost) -
     assert page.evaluate("document.querySelector('.artifacts img').naturalWidth") == 4
     assert page.locator(".tool-card[data-tool-id='exec.python']").get_attribute("data-ok") == "true"
     assert "chart.png" in page.locator("article.turn .artifacts").inner_text()
+
+    page.reload()  # reopened: the program, the card and the chart come back from the conversation
+    page.wait_for_selector("body[data-ready='true']")
+    page.locator("#conversation-list .conversation-item").first.click()
+    page.wait_for_selector("article.turn[data-state='completed'] .artifacts img[data-loaded='true']")
+    assert page.evaluate("document.querySelector('.artifacts img').naturalWidth") == 4
+    assert page.locator(".tool-card[data-tool-id='exec.python']").get_attribute("data-ok") == "true"
+    assert page.locator("article.turn figure.code-block code").count() == 1, "the program it ran"

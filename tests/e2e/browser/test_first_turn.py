@@ -61,8 +61,8 @@ def test_the_web_ui_never_shows_a_citation_marker_raw(page: Page, keyed_host: Be
         ["x [[s:7]] y", "x [[ S : 9 ]] y", "x [[S:\t1 ]] y", "x [[S:3-1]] y", "x [[S:1-1000000000]] y"],
     )
     assert rendered == [
-        "x  y",
-        "x  y",
+        "x y",
+        "x y",
         "x [A](https://a.example/) y",
         "x [A](https://a.example/) [C](https://c.example/) y",
         "x [A](https://a.example/) [C](https://c.example/) y",

@@ -190,7 +190,8 @@ def test_plan_notices_failed_tools_and_unsafe_markdown_render_safely(page: Page,
     assert '<img src=x onerror="window.__xss=1">' in answer.inner_text()
     assert page.evaluate("window.__xss") is None
     assert answer.locator("ul li").all_inner_texts() == ["one", "two"]
-    assert answer.locator("pre code.language-python").inner_text() == "print('<b>hi</b>')"
+    assert answer.locator("pre code.language-python").inner_text().strip() == "print('<b>hi</b>')"
+    assert answer.locator("pre code.language-python .hljs-built_in").inner_text() == "print", "highlighted"
 
     assert page.is_visible("#plan-panel")
     markers = page.locator("#plan-steps .marker").all_inner_texts()
@@ -359,20 +360,44 @@ def test_sign_in_with_an_api_key_then_chat_in_the_keys_project(page: Page, keyed
 MARKDOWN_CASES = [
     ("<script>alert(1)</script>", "<p>&lt;script&gt;alert(1)&lt;/script&gt;</p>"),
     ("[x](javascript:alert(1))", "<p>[x](javascript:alert(1))</p>"),
+    ("[m](mailto:a@b.example) [r](/relative)", "<p>[m](mailto:a@b.example) [r](/relative)</p>"),
     (
         "see [Foo](https://w.example/Foo_(bar))",
         '<p>see <a href="https://w.example/Foo_(bar)" target="_blank" rel="noopener noreferrer">Foo</a></p>',
     ),
     ("**bold** and `<b>`", "<p><strong>bold</strong> and <code>&lt;b&gt;</code></p>"),
-    ("- a\n- b\n\n3. c\n4. d", '<ul><li>a</li><li>b</li></ul><ol start="3"><li>c</li><li>d</li></ol>'),
-    ("```js\nx = '<i>'\n```", '<pre><code class="language-js">x = &#39;&lt;i&gt;&#39;</code></pre>'),
-    ("one\ntwo\n\nthree", "<p>one<br>two</p><p>three</p>"),
+    ("~~gone~~ and <img src=x onerror=alert(1)>", "<p><s>gone</s> and &lt;img src=x onerror=alert(1)&gt;</p>"),
     (
-        "see ![the screen](fi:turn_1.attachments/screen.png) and ![pixel](https://t.example/p.gif)",
-        '<p>see <img class="answer-image" alt="the screen" data-path="fi:turn_1.attachments/screen.png"> and '
-        '!<a href="https://t.example/p.gif" target="_blank" rel="noopener noreferrer">pixel</a></p>',
+        "- a\n- b\n\n3. c\n4. d",
+        '<ul>\n<li>a</li>\n<li>b</li>\n</ul>\n<ol start="3">\n<li>c</li>\n<li>d</li>\n</ol>',
     ),
-    ('![x](fi:turn_1.outputs/a"onerror="b.png)', "<p>![x](fi:turn_1.outputs/a&quot;onerror=&quot;b.png)</p>"),
+    (
+        "```js\nx = '<i>'\n```",
+        '<pre><code class="language-js hljs">x = <span class="hljs-string">\'&lt;i&gt;\'</span>\n</code></pre>',
+    ),
+    ("```\n<b>plain</b>\n```", '<pre><code class="hljs">&lt;b&gt;plain&lt;/b&gt;\n</code></pre>'),
+    ("one\ntwo\n\nthree", "<p>one<br>\ntwo</p>\n<p>three</p>"),
+    (
+        "| a | b |\n|:--|--:|\n| 1 | 2 |",
+        '<div class="table-wrap"><table>\n<thead>\n<tr>\n<th class="align-left">a</th>\n'
+        '<th class="align-right">b</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n<td class="align-left">1</td>\n'
+        '<td class="align-right">2</td>\n</tr>\n</tbody>\n</table></div>',
+    ),
+    (  # an image of the conversation is fetched with the key; any other becomes a link nothing fetches
+        "see ![the screen](fi:turn_1.attachments/screen.png) and ![pixel](https://t.example/p.gif)",
+        '<p>see <img alt="the screen" data-path="fi:turn_1.attachments/screen.png" class="answer-image"> and '
+        '<a href="https://t.example/p.gif" target="_blank" rel="noopener noreferrer" class="external-image">'
+        "pixel (image at t.example, not loaded)</a></p>",
+    ),
+    (
+        '![x](fi:turn_1.outputs/a"onerror="b.png)',
+        '<p><img alt="x" data-path="fi:turn_1.outputs/a%22onerror=%22b.png" class="answer-image"></p>',
+    ),
+    ("![t](//t.example/p.gif)", "<p>![t](//t.example/p.gif)</p>"),
+    (
+        "![d](data:image/png;base64,iVBORw0KGgo=)",
+        '<p><img src="data:image/png;base64,iVBORw0KGgo=" alt="d" class="answer-image"></p>',
+    ),
 ]
 
 
@@ -387,9 +412,9 @@ def test_markdown_renderer_escapes_html_and_links_only_http(page: Page, open_hos
     stored = page.evaluate(
         "async () => { const ui = await import('/static/app.js');"
         " const pool = new Map([[1, {url: 'https://a.example/', title: 'A'}], [2, {url: 'javascript:x', title: 'B'}]]);"
-        " return ui.renderCitationTokens('x [[S:1]] y [[S:1-2]] z [[S:7]]', pool); }"
+        " return ui.renderCitationTokens('x [[S:1]] y [[S:1-2]] z [[S:7]].', pool); }"
     )
-    assert stored == "x [A](https://a.example/) y [A](https://a.example/) z "
+    assert stored == "x [A](https://a.example/) y [A](https://a.example/) z."
 
 
 def test_a_refused_message_says_why_and_stays_in_the_composer(page: Page, limited_host: BerthHost) -> None:

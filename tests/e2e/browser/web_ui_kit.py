@@ -156,3 +156,58 @@ def sign_in(page: Page, host: BerthHost, project: str = "support", tenant: str =
     page.fill("#login-project", project)
     page.click("#login-form button[type='submit']")
     page.wait_for_selector("body[data-ready='true']")
+
+
+def start_scripted_host(
+    root: Path,
+    responses: list[Any],
+    *,
+    chunk_size: int = 12,
+    repeat: bool = False,
+    price: dict[str, float] | None = None,
+    gateway: dict[str, Any] | None = None,
+    bundles: dict[str, Any] | None = None,
+) -> BerthHost:
+    """A ``berth run`` host (``auth: none``, tenant/project ``default/default``) whose model plays ``responses`` in
+    order (``repeat``: again from the first when they run out), priced at ``price`` when given; conversation titles
+    are off, so the first message stays each conversation's title. ``bundles`` replaces the ``hello`` bundle."""
+    import yaml
+
+    root.mkdir(parents=True, exist_ok=True)
+    script = root / "script.yaml"
+    script.write_text(yaml.safe_dump({"chunk_size": chunk_size, "repeat": repeat, "responses": responses}))
+    models: dict[str, Any] = {"default": {"provider": "scripted", "model": str(script)}}
+    if price is not None:
+        models["prices"] = {script.name: price}
+    assembly = yaml.safe_load(OPEN_DESCRIPTORS["assembly.yaml"])
+    assembly["platform"] = {"models": models, "react": {"conversation_titles": False}}
+    bundle_yaml = yaml.safe_load(OPEN_DESCRIPTORS["bundles.yaml"])
+    if bundles is not None:
+        bundle_yaml = {
+            "bundles": bundles,
+            "tenants": {"default": {"bundles": sorted(bundles), "default_bundle": sorted(bundles)[0]}},
+        }
+    gateway_yaml = {"auth": {"mode": "none"}, **(gateway or {})}
+    descriptors = root / "descriptors"
+    descriptors.mkdir(exist_ok=True)
+    for name, document in {
+        "assembly.yaml": assembly,
+        "bundles.yaml": bundle_yaml,
+        "gateway.yaml": gateway_yaml,
+    }.items():
+        (descriptors / name).write_text(yaml.safe_dump(document))
+    return start_host(descriptors, root / "var", root / "berth.log", demo=False)
+
+
+DOC_IMAGES = REPO_ROOT / "docs" / "images"
+
+
+def save_doc_image(page: Page, name: str, selector: str | None = None) -> Path:
+    """Save a screenshot the documentation shows, under ``docs/images/`` (the whole page, or one element)."""
+    DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+    target = DOC_IMAGES / name
+    if selector is None:
+        page.screenshot(path=str(target))
+    else:
+        page.locator(selector).screenshot(path=str(target))
+    return target

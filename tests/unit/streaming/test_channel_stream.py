@@ -84,7 +84,7 @@ def test_an_async_emitter_is_awaited_in_order() -> None:
         emitted.append(event)
 
     run(ChannelStream(SPECS, emit=emit), list(DOCUMENT))
-    assert texts(emitted) == "planDone ."
+    assert texts(emitted) == "planDone."
     assert isinstance(emitted[0], ChannelOpened) and isinstance(emitted[-1], ChannelClosed)
 
 
@@ -158,7 +158,7 @@ def test_a_failing_subscriber_is_logged_and_detached_while_the_rest_go_on(
         result = asyncio.run(stream.run(list(DOCUMENT)))
     assert calls == 1
     assert texts(before.events) == texts(after.events) == "plan"
-    assert texts(emitted) == "planDone ."
+    assert texts(emitted) == "planDone."
     assert result.subscriber_failures == 1 and result.stopped_by is None
     assert "failed on instance 0 and was detached" in caplog.text and "boom" in caplog.text
 

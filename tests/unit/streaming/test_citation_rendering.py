@@ -88,7 +88,7 @@ def test_a_source_without_title_is_labelled_by_its_url() -> None:
 
 
 def test_unknown_sids_are_dropped_never_shown_raw(sources: dict[int, CitationSource]) -> None:
-    assert render_citations("a [[ S:99 ]] b", sources) == "a  b"
+    assert render_citations("a [[ S:99 ]] b", sources) == "a b"
     assert render_citations("a [[S:1,99]] b", sources) == f"a {link(1)} b"
 
 
@@ -128,8 +128,8 @@ def test_a_held_candidate_that_is_not_a_token_is_released_unchanged(
     sources: dict[int, CitationSource],
 ) -> None:
     scanner = CitationScanner(sources)
-    assert scanner.feed("x [[S:1") == ("x ", "x ")
-    assert scanner.feed(" is no citation") == ("[[S:1 is no citation", "[[S:1 is no citation")
+    assert scanner.feed("x [[S:1") == ("x", "x")  # the space goes with the token if it is dropped
+    assert scanner.feed(" is no citation") == (" [[S:1 is no citation", " [[S:1 is no citation")
 
 
 def test_the_stored_raw_text_keeps_the_tokens(render: RenderRun, sources: dict[int, CitationSource]) -> None:
@@ -235,3 +235,29 @@ def test_no_citation_token_is_ever_shown_raw_whatever_the_pool_and_the_chunking(
     streamed.append(scanner.flush()[0])
     assert "".join(streamed) == whole
     assert "[[S:" not in whole
+
+
+@given(
+    word=st.text(alphabet="abcxyz", min_size=1, max_size=8),
+    spaces=st.text(alphabet=" \t", max_size=4),
+    after=st.sampled_from([".", ",", "!", " next", "\nnext", ""]),
+    cuts=st.lists(st.integers(1, 5), max_size=12),
+)
+@settings(max_examples=300)
+def test_a_dropped_token_takes_the_spaces_before_it_along_whatever_the_chunking(
+    word: str, spaces: str, after: str, cuts: list[int], sources: dict[int, CitationSource]
+) -> None:
+    text = f"{word}{spaces}[[S:99]]{after}"  # SID 99 is in no pool: the token is dropped
+    scanner = CitationScanner(sources)
+    streamed, position = [], 0
+    for cut in cuts:
+        streamed.append(scanner.feed(text[position : position + cut])[0])
+        position += cut
+    streamed.append(scanner.feed(text[position:])[0])
+    streamed.append(scanner.flush()[0])
+    assert "".join(streamed) == render_citations(text, sources) == f"{word}{after}"
+
+
+def test_a_known_token_keeps_the_space_before_it(sources: dict[int, CitationSource]) -> None:
+    assert render_citations("Paris [[S:1]].", sources) == f"Paris {link(1)}."
+    assert render_citations("Paris  [[S:99]] [[S:1]].", sources) == f"Paris {link(1)}."

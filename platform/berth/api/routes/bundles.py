@@ -14,8 +14,9 @@ from fastapi.responses import HTMLResponse, Response
 from berth.api.deps import caller, scoped_caller, services
 from berth.api.errors import SCOPED_ERRORS
 from berth.api.safe_paths import file_under
-from berth.api.schemas import BundleOut, ToolThreadsOut, WidgetOut
+from berth.api.schemas import BundleLoadErrorOut, BundleOut, ToolThreadsOut, WidgetOut
 from berth.host.generation import BundleGeneration
+from berth.host.registry import BundleStatus
 from berth.turns.callers import Caller
 from berth.turns.errors import not_found
 from berth.turns.services import HostServices
@@ -64,6 +65,7 @@ async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Servi
         ]
         threads = host.registry.tool_threads.status(bundle_id, tenant)
         state = status.state if status else "not_loaded"
+        load_error = _load_error(status, who) if status is not None else None
         out.append(
             BundleOut(
                 id=bundle_id,
@@ -74,9 +76,26 @@ async def list_bundles(tenant: str, project: str, who: ScopedCaller, host: Servi
                 state="degraded" if state == "loaded" and threads.degraded else state,
                 widgets=widgets,
                 tool_threads=ToolThreadsOut(**threads.to_json()),
+                load_error=load_error,
             )
         )
     return out
+
+
+def _load_error(status: BundleStatus, who: Caller) -> BundleLoadErrorOut | None:
+    """What the caller may see of the bundle's last failed load: file and line for admins; for other callers only
+    a failure that leaves them without the bundle, and without the host's file paths."""
+    error = status.error
+    if error is None or (status.state != "failed" and not who.is_admin):
+        return None
+    return BundleLoadErrorOut(
+        generation=status.failed_generation,
+        serving_generation=status.generation,
+        code=error.code,
+        message=error.message if who.is_admin else error.public_message(),
+        file=error.file if who.is_admin else None,
+        line=error.line if who.is_admin else None,
+    )
 
 
 @router.get("/v1/{tenant}/{project}/bundles/{bundle_id}/widgets/{alias}/{ticket}/{path:path}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mimetypes
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
@@ -16,7 +17,6 @@ from berth.api.deps import conversation_scope, scoped_caller, services
 from berth.api.downloads import content_type, disposition, sniffed_stream
 from berth.api.errors import SCOPED_ERRORS, invalid_request
 from berth.api.schemas import (
-    Citation,
     ConversationDetail,
     ConversationOut,
     ConversationPage,
@@ -32,16 +32,12 @@ from berth.api.schemas import (
     TurnStarted,
 )
 from berth.api.sse import parse_last_event_id
-from berth.runtime.blocks import BlockType
 from berth.runtime.live import LiveEvent
 from berth.runtime.paths import FilePath, LogicalPathError, ToolCallPath, parse_path
-from berth.runtime.persistence import restore_conversation
-from berth.runtime.sources import citation_lookup
 from berth.runtime.tool_calls import full_result_artifact
 from berth.storage.conversations import StorageError
 from berth.storage.meta import ConversationMeta, Feedback
 from berth.storage.scope import OwnerScope
-from berth.streaming import cited_sids, render_citations
 from berth.turns.callers import Caller
 from berth.turns.errors import ServiceError, not_found
 from berth.turns.running import events_url, new_id
@@ -145,57 +141,26 @@ async def list_conversations(
 async def get_conversation(
     tenant: str, project: str, conversation_id: str, who: ScopedCaller, host: Services
 ) -> ConversationDetail:
-    """A conversation with its turns: prompts, answers, citations, attachments, feedback."""
+    """A conversation with its turns as they were shown live: prompts and attachments, reasoning, tool calls and
+    their outcomes, follow-ups and steers, notices, files produced, answers (a stopped turn's partial answer,
+    marked ``partial``) with citations, follow-up suggestions, usage and feedback."""
     meta = await _conversation(host, who, tenant, project, conversation_id)
-    assert host.store is not None and host.meta is not None
-    handle = host.store.conversation(meta.scope)
-    snapshot = await handle.load()
-    restored = (
-        await restore_conversation(handle, now=datetime.now(UTC)) if snapshot.version or snapshot.uncommitted else None
-    )
+    assert host.meta is not None
     feedback = await host.meta.feedback_for(meta.scope)
-    states = {turn.turn_id: turn for turn in snapshot.turns}
-    turns: list[TurnOut] = []
-    if restored is not None:
-        lookup = citation_lookup(restored.sources)
-        for layout in restored.timeline.turn_layouts():
-            blocks = restored.timeline.blocks[layout.start : layout.end]
-            prompt = next((b.text for b in blocks if b.type == BlockType.USER_PROMPT), None)
-            answer = next((b.text for b in blocks if b.type == BlockType.ASSISTANT_COMPLETION), None)
-            followups = next((b.data for b in blocks if b.type == BlockType.ASSISTANT_FOLLOWUPS), None)
-            citations = [
-                Citation(sid=row.sid, url=row.url, title=row.title)
-                for sid in cited_sids(answer or "")
-                if (row := restored.sources.get(sid)) is not None
-            ]
-            record = states.get(layout.turn_id)
-            turns.append(
-                TurnOut(
-                    turn_id=layout.turn_id,
-                    state=record.state if record else "completed",
-                    prompt=prompt,
-                    answer=render_citations(answer, lookup) if answer else answer,
-                    followups=_followups(followups),
-                    citations=citations,
-                    attachments=[
-                        {"name": b.meta.get("name"), "mime": b.mime, "size": b.meta.get("size"), "path": b.path}
-                        for b in blocks
-                        if b.type == BlockType.USER_ATTACHMENT
-                    ],
-                    feedback=[
-                        FeedbackOut(reaction=f.reaction, text=f.text, origin=f.origin, created_at=f.created_at)
-                        for f in feedback
-                        if f.turn_id == layout.turn_id
-                    ],
-                    started_at=record.started_at if record else None,
-                )
-            )
+    turns = [
+        TurnOut.model_validate(
+            {
+                **asdict(replay),
+                "feedback": [
+                    FeedbackOut(reaction=f.reaction, text=f.text, origin=f.origin, created_at=f.created_at)
+                    for f in feedback
+                    if f.turn_id == replay.turn_id
+                ],
+            }
+        )
+        for replay in await host.conversation_replays(meta.scope)
+    ]
     return ConversationDetail(**_out(meta).model_dump(), turns=turns)
-
-
-def _followups(data: object) -> list[str]:
-    items = data.get("followups") if isinstance(data, dict) else None
-    return [str(item) for item in items] if isinstance(items, list) else []
 
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -290,7 +255,13 @@ async def start_turn(
         if any(turn.turn_id == body.turn_id for turn in snapshot.turns):
             raise ServiceError(409, "turn_exists", f"turn id {body.turn_id} is already used in this conversation")
     running = await host.start_turn(
-        meta.scope, bundle, body.message, turn_id=body.turn_id, attachments=attachments, user_timezone=body.timezone
+        meta.scope,
+        bundle,
+        body.message,
+        turn_id=body.turn_id,
+        attachments=attachments,
+        user_timezone=body.timezone,
+        provisional_title=meta.title is None,
     )
     url = events_url(meta.scope, running.turn_id)
     if "text/event-stream" in request.headers.get("accept", ""):

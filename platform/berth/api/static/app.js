@@ -1,8 +1,13 @@
-// Berth web UI: one ES module, no build step, no dependencies.
+// Berth web UI: one ES module, no build step; markdown-it, DOMPurify and highlight.js are vendored under
+// /static/vendor/ (README there: versions and sources), nothing is loaded from elsewhere.
 //
 // Sections: markdown (safe rendering) · SSE parsing · API client · turn views · streaming with resume ·
 // conversations · bundles and widgets · sign-in and workspace · start-up.
 // The HTTP API it talks to is documented in docs/web-ui.md and at /openapi.json.
+
+import MarkdownIt from "./vendor/markdown-it.min.js";
+import DOMPurify from "./vendor/purify.es.js";
+import hljs from "./vendor/highlight.min.js";
 
 const STORAGE = {
   key: "berth.apiKey",
@@ -33,7 +38,9 @@ function icon(name) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Markdown: escape everything first, then allow a small set of constructs. Links only for http(s).
+// Markdown: markdown-it (raw HTML off) renders, DOMPurify sanitizes, highlight.js colours code blocks; all three
+// are vendored under /static/vendor/ (see its README). Links only for http(s); images only of this conversation
+// (fetched with the key) or data: images: an image at any other URL is never fetched, it becomes a link.
 
 const HTML_ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 
@@ -43,130 +50,107 @@ export function escapeHtml(text) {
 }
 
 const SAFE_URL = /^https?:\/\/[^\s<>"'`]+$/i;
-const LINK = /\[([^\]\n]+)\]\(((?:[^()\s]|\([^()\s]*\))+)\)/g;
 // An image of this conversation (an attachment, a produced file): shown, fetched with the key through the files
-// route. Images at other URLs are never fetched (no tracking pixels in answers); they stay as text.
-const CONVERSATION_IMAGE = /!\[([^\]\n]*)\]\((fi:turn_[\w-]+\.(?:attachments|outputs|files)\/[^()\s"'<>`]+)\)/g;
-const PLACEHOLDER = /\u0000(\d+)\u0000/g;
+// route. Images at other URLs are never fetched (no tracking pixels in answers).
+const CONVERSATION_IMAGE = /^fi:turn_[\w-]+\.(?:attachments|outputs|files)\/[^()\s"'<>`]+$/;
+const DATA_IMAGE = /^data:image\/(?:png|gif|jpeg|webp);base64,[a-z0-9+/=]+$/i;
+const ALIGNMENT = /text-align:\s*(left|right|center)/;
 
-function renderEmphasis(html) {
-  return html
-    .replace(/\*\*(?=\S)([^*\n]*?\S)\*\*/g, "<strong>$1</strong>")
-    .replace(/(^|[^*\w])\*(?=\S)([^*\n]*?\S)\*(?![*\w])/g, "$1<em>$2</em>");
+const markdown = new MarkdownIt({
+  html: false, // the model's raw HTML stays text
+  linkify: true,
+  breaks: true,
+  highlight: (code, language) => {
+    if (!language || !hljs.getLanguage(language)) return ""; // markdown-it escapes it
+    try {
+      return hljs.highlight(code, { language, ignoreIllegals: true }).value;
+    } catch {
+      return "";
+    }
+  },
+});
+markdown.validateLink = (url) => SAFE_URL.test(url) || CONVERSATION_IMAGE.test(url) || DATA_IMAGE.test(url);
+// Column alignment as a class: the page's policy forbids style attributes.
+for (const rule of ["th_open", "td_open"]) {
+  markdown.renderer.rules[rule] = (tokens, index, options, env, self) => {
+    const token = tokens[index];
+    const aligned = ALIGNMENT.exec(token.attrGet("style") || "");
+    token.attrs = (token.attrs || []).filter(([name]) => name !== "style");
+    if (aligned) token.attrJoin("class", `align-${aligned[1]}`);
+    return self.renderToken(tokens, index, options);
+  };
 }
+markdown.renderer.rules.table_open = () => '<div class="table-wrap"><table>\n';
+markdown.renderer.rules.table_close = () => "</table></div>\n";
 
-/** Inline markdown (code spans, http(s) links, bold, italic) of raw text, as safe HTML. */
-export function renderInline(text, context = {}) {
-  const slots = [];
-  const keep = (html) => `\u0000${slots.push(html) - 1}\u0000`;
-  let source = String(text).replace(/\u0000/g, "");
-  source = source.replace(/`([^`\n]+)`/g, (_, code) => keep(`<code>${escapeHtml(code)}</code>`));
-  source = source.replace(CONVERSATION_IMAGE, (_, alt, path) =>
-    keep(`<img class="answer-image" alt="${escapeHtml(alt)}" data-path="${escapeHtml(path)}">`),
-  );
-  source = source.replace(LINK, (whole, label, url) => {
-    if (!SAFE_URL.test(url)) return whole;
-    const cite = context.citeUrls && context.citeUrls.has(url) ? ' class="cite"' : "";
-    const inner = renderEmphasis(escapeHtml(label));
-    return keep(`<a href="${escapeHtml(url)}"${cite} target="_blank" rel="noopener noreferrer">${inner}</a>`);
-  });
-  let html = renderEmphasis(escapeHtml(source));
-  for (let depth = 0; depth < 3 && html.includes("\u0000"); depth += 1) {
-    html = html.replace(PLACEHOLDER, (_, index) => slots[Number(index)] ?? "");
+const PURIFY = {
+  // DOMPurify's own rule without its other schemes (mailto:, tel:, …): values without a scheme (start="3") pass;
+  // the links and images it keeps are checked again by finishFragment
+  ALLOWED_URI_REGEXP: /^(?:(?:https?|fi):|[^a-z]|[a-z+.-]+(?:[^a-z+.\-:]|$))/i,
+  FORBID_ATTR: ["style"],
+  FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select"],
+  RETURN_DOM_FRAGMENT: true,
+};
+
+/** Make what DOMPurify kept safe to show: links open elsewhere without a referrer; images of the conversation
+ * are marked for fetching with the key, data: images stay, any other image becomes a link that nothing fetches.
+ * The fragment is still in DOMPurify's inert document here, where no image loads. */
+function finishFragment(fragment, citeUrls) {
+  for (const link of fragment.querySelectorAll("a")) {
+    const href = link.getAttribute("href") || "";
+    if (!SAFE_URL.test(href)) {
+      link.replaceWith(...link.childNodes);
+      continue;
+    }
+    link.setAttribute("target", "_blank");
+    link.setAttribute("rel", "noopener noreferrer");
+    if (citeUrls.has(href)) link.classList.add("cite");
   }
-  return html;
-}
-
-const FENCE = /^\s*(```+|~~~+)\s*([\w+.-]*)\s*$/;
-const LIST_ITEM = /^\s{0,3}([-*+]|\d{1,9}[.)])\s+(.*)$/;
-const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
-const QUOTE = /^\s{0,3}>\s?(.*)$/;
-
-/** Block markdown (paragraphs, lists, code blocks, headings, quotes) of raw text, as safe HTML. */
-export function renderMarkdown(text, context = {}) {
-  const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
-  const out = [];
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    const fence = FENCE.exec(line);
-    if (fence) {
-      const body = [];
-      i += 1;
-      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[(i += 1) - 1]);
-      i += 1;
-      const language = fence[2] ? ` class="language-${escapeHtml(fence[2])}"` : "";
-      out.push(`<pre><code${language}>${escapeHtml(body.join("\n"))}</code></pre>`);
-      continue;
-    }
-    if (!line.trim()) {
-      i += 1;
-      continue;
-    }
-    const heading = HEADING.exec(line);
-    if (heading) {
-      const level = Math.min(heading[1].length + 2, 6);
-      out.push(`<h${level}>${renderInline(heading[2], context)}</h${level}>`);
-      i += 1;
-      continue;
-    }
-    const item = LIST_ITEM.exec(line);
-    if (item) {
-      const ordered = /\d/.test(item[1]);
-      const start = ordered ? parseInt(item[1], 10) : 1;
-      const items = [];
-      while (i < lines.length) {
-        const next = LIST_ITEM.exec(lines[i]);
-        if (next && /\d/.test(next[1]) === ordered) {
-          items.push(next[2]);
-        } else if (lines[i].trim() && /^\s+/.test(lines[i]) && items.length && !FENCE.test(lines[i])) {
-          items[items.length - 1] += `\n${lines[i].trim()}`;
-        } else {
-          break;
-        }
-        i += 1;
+  for (const image of fragment.querySelectorAll("img")) {
+    const src = image.getAttribute("src") || "";
+    const alt = image.getAttribute("alt") || "";
+    if (CONVERSATION_IMAGE.test(src)) {
+      image.removeAttribute("src");
+      image.setAttribute("data-path", src);
+      image.className = "answer-image";
+    } else if (DATA_IMAGE.test(src)) {
+      image.className = "answer-image";
+    } else {
+      const owner = image.ownerDocument;
+      const replacement = SAFE_URL.test(src) ? owner.createElement("a") : owner.createElement("span");
+      if (SAFE_URL.test(src)) {
+        replacement.setAttribute("href", src);
+        replacement.setAttribute("target", "_blank");
+        replacement.setAttribute("rel", "noopener noreferrer");
       }
-      const tag = ordered ? "ol" : "ul";
-      const startAttr = ordered && start !== 1 ? ` start="${start}"` : "";
-      const body = items.map((t) => `<li>${renderInline(t, context).replace(/\n/g, "<br>")}</li>`).join("");
-      out.push(`<${tag}${startAttr}>${body}</${tag}>`);
-      continue;
+      replacement.className = "external-image";
+      const where = SAFE_URL.test(src) ? new URL(src).host : "elsewhere";
+      replacement.textContent = `${alt || "image"} (image at ${where}, not loaded)`;
+      image.replaceWith(replacement);
     }
-    if (QUOTE.test(line)) {
-      const quoted = [];
-      while (i < lines.length && QUOTE.test(lines[i])) quoted.push(QUOTE.exec(lines[(i += 1) - 1])[1]);
-      out.push(`<blockquote>${renderInline(quoted.join("\n"), context).replace(/\n/g, "<br>")}</blockquote>`);
-      continue;
-    }
-    const paragraph = [];
-    while (
-      i < lines.length &&
-      lines[i].trim() &&
-      !FENCE.test(lines[i]) &&
-      !HEADING.test(lines[i]) &&
-      !(LIST_ITEM.test(lines[i]) && paragraph.length === 0) &&
-      !QUOTE.test(lines[i])
-    ) {
-      paragraph.push(lines[i]);
-      i += 1;
-    }
-    if (paragraph.length === 0) {
-      paragraph.push(lines[i]);
-      i += 1;
-    }
-    out.push(`<p>${renderInline(paragraph.join("\n"), context).replace(/\n/g, "<br>")}</p>`);
   }
-  return out.join("");
+  for (const code of fragment.querySelectorAll("pre > code")) code.classList.add("hljs");
+  return fragment;
+}
+
+/** Markdown of raw text (tables, strikethrough, lists, quotes, fenced code with highlighting, links) as sanitized
+ * HTML. ``context.citeUrls``: the URLs of cited sources, whose links are shown as citations. */
+export function renderMarkdown(text, context = {}) {
+  const citeUrls = new Set([...(context.citeUrls || [])].map((url) => markdown.normalizeLink(url)));
+  const fragment = finishFragment(DOMPurify.sanitize(markdown.render(String(text)), PURIFY), citeUrls);
+  const holder = fragment.ownerDocument.createElement("div");
+  holder.append(fragment);
+  return holder.innerHTML.trim();
 }
 
 // The server's grammar (streaming/citations.py): any case, spaces and tabs inside, ranges either way round.
-const CITATION_TOKEN = /\[\[[ \t]*S[ \t]*:([\d,\s-]+)\]\]/gi;
+const CITATION_TOKEN = /([ \t]*)\[\[[ \t]*S[ \t]*:([\d,\s-]+)\]\]/gi;
 const MAX_SIDS_PER_TOKEN = 64;
 
 /** Replace stored ``[[S:1]]``, ``[[S:1,3]]``, ``[[S:2-4]]`` tokens with markdown links to known sources;
- * a token with no known source is dropped, never shown raw. */
+ * a token with no known source is dropped with the spaces before it, never shown raw. */
 export function renderCitationTokens(text, sourcesBySid) {
-  return String(text).replace(CITATION_TOKEN, (_, spec) => {
+  return String(text).replace(CITATION_TOKEN, (_, spaces, spec) => {
     const sids = new Set();
     for (const part of spec.split(",")) {
       const [from, to] = part.split("-").map((n) => parseInt(n, 10));
@@ -174,14 +158,63 @@ export function renderCitationTokens(text, sourcesBySid) {
       const [low, high] = Number.isNaN(to) || to === undefined ? [from, from] : [Math.min(from, to), Math.max(from, to)];
       for (let sid = low; sid <= high && sids.size < MAX_SIDS_PER_TOKEN; sid += 1) sids.add(sid);
     }
-    return [...sids]
+    const links = [...sids]
       .map((sid) => sourcesBySid.get(sid))
       .filter((source) => source && SAFE_URL.test(source.url))
       .map((source) => `[${String(source.title || source.url).replace(/[[\]]/g, "")}](${source.url})`)
       .join(" ");
+    return links ? `${spaces}${links}` : "";
   });
 }
 
+/** Put ``text`` on the clipboard (the Clipboard API; a hidden text area where it is missing). */
+async function copyText(text) {
+  if (navigator.clipboard?.writeText) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const area = el("textarea", { class: "visually-hidden", readonly: true });
+  area.value = text;
+  document.body.append(area);
+  area.select();
+  const copied = document.execCommand("copy");
+  area.remove();
+  if (!copied) throw new Error("the browser refused to copy");
+}
+
+/** A button that copies what ``text()`` returns and says so for a moment. */
+function copyButton(label, text, extraClass = "") {
+  const button = el("button", { type: "button", class: `copy-button ${extraClass}`.trim(), title: label, "aria-label": label, text: "Copy" });
+  button.addEventListener("click", async () => {
+    try {
+      await copyText(text());
+      button.textContent = "Copied";
+      button.dataset.copied = "true";
+    } catch (error) {
+      toast(`Nothing was copied: ${error.message}`);
+      return;
+    }
+    setTimeout(() => {
+      button.textContent = "Copy";
+      delete button.dataset.copied;
+    }, 1500);
+  });
+  return button;
+}
+
+/** Give every code block of rendered markdown a header: its language and a copy button. */
+function decorateCodeBlocks(container) {
+  for (const pre of container.querySelectorAll("pre")) {
+    if (pre.parentElement?.classList.contains("code-wrap")) continue;
+    const code = pre.querySelector("code");
+    const language = [...(code?.classList || [])].find((name) => name.startsWith("language-"))?.slice(9) || "";
+    const wrap = el("div", { class: "code-wrap" });
+    pre.replaceWith(wrap);
+    const header = el("div", { class: "code-header" }, el("span", { class: "code-language", text: language || "text" }));
+    header.append(copyButton("Copy the code", () => (code || pre).textContent, "copy-code"));
+    wrap.append(header, pre);
+  }
+}
 // ---------------------------------------------------------------------------------------------------
 // Server-sent events over fetch(): a line parser that is safe across chunk boundaries.
 
@@ -258,6 +291,7 @@ const state = {
   running: null,
   files: [],
   loadToken: 0,
+  admin: false,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -363,11 +397,37 @@ function prettyJson(value) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// A turn on screen: prompt, reasoning, tool cards, answer, sources, follow-ups, feedback.
+// A turn on screen: prompt, reasoning, tool cards, answer, sources, follow-ups, footer (copy, regenerate, feedback,
+// usage). A stored turn is shown again the same way (TurnView.fromStored), from what GET …/conversations/{id} keeps.
+
+const NUMBER = new Intl.NumberFormat("en-US");
+
+/** "1,234 tokens · $0.0042" for a turn's usage (``cost_usd`` null: its model has no price); "" when it reported
+ * none (a turn stopped before its model call ended never hears what that call used). */
+export function usageLabel(usage) {
+  if (!usage) return "";
+  const tokens =
+    (usage.input_tokens || 0) + (usage.output_tokens || 0) + (usage.cache_read_input_tokens || 0) + (usage.cache_creation_input_tokens || 0);
+  if (!tokens) return "";
+  const cost = typeof usage.cost_usd === "number" ? ` · $${usage.cost_usd < 0.01 ? usage.cost_usd.toFixed(4) : usage.cost_usd.toFixed(2)}` : "";
+  return `${NUMBER.format(tokens)} tokens${cost}`;
+}
+
+function usageDetail(usage) {
+  const parts = [
+    `input ${NUMBER.format(usage.input_tokens || 0)}`,
+    `output ${NUMBER.format(usage.output_tokens || 0)}`,
+    `cache read ${NUMBER.format(usage.cache_read_input_tokens || 0)}`,
+    `cache write ${NUMBER.format(usage.cache_creation_input_tokens || 0)}`,
+  ];
+  const cost = typeof usage.cost_usd === "number" ? `cost $${usage.cost_usd.toFixed(6)}` : "cost unknown (the model has no price)";
+  return `${parts.join(" · ")} tokens; ${cost}`;
+}
 
 class TurnView {
   constructor({ prompt, attachments = [], conversationId }) {
     this.conversationId = conversationId;
+    this.prompt = prompt || "";
     this.turnId = null;
     this.lastEventId = null;
     this.lastSeq = 0;
@@ -379,6 +439,8 @@ class TurnView {
     this.renderPending = false;
     this.finished = false;
     this.abort = null;
+    this.usage = null;
+    this.feedback = null;
 
     const attachmentList = attachments.length
       ? el("ul", { class: "attachment-chips", "aria-label": "Attachments" }, ...attachments.map((a) => this.attachmentChip(a)))
@@ -388,6 +450,7 @@ class TurnView {
     this.activity = el("div", { class: "activity" });
     this.answer = el("div", { class: "answer markdown", "data-deltas": "0" });
     this.status = el("p", { class: "turn-status muted small", role: "status" });
+    this.stoppedMark = el("p", { class: "stopped-mark", hidden: true, text: "■ Stopped: the answer was cut off here." });
     this.sourceList = el("ol", { class: "sources", hidden: true, "aria-label": "Sources" });
     this.artifactList = el("div", { class: "artifacts", hidden: true, "aria-label": "Files the turn produced" });
     this.artifacts = [];
@@ -404,6 +467,7 @@ class TurnView {
         this.reasoning,
         this.activity,
         this.answer,
+        this.stoppedMark,
         this.status,
         this.artifactList,
         this.sourceList,
@@ -412,10 +476,19 @@ class TurnView {
         this.footer,
       ),
     );
+    const edit = el("button", {
+      type: "button",
+      class: "icon-button edit-prompt",
+      title: "Edit and send again",
+      "aria-label": "Edit this message and send it again",
+      text: "✎ Edit",
+      onclick: () => editPrompt(this.prompt),
+    });
     this.root = el(
       "article",
       { class: "turn", "data-state": "pending", "aria-label": "Turn" },
       el("div", { class: "message user" }, el("div", { class: "bubble", text: prompt || "" }), attachmentList),
+      el("div", { class: "user-actions last-only" }, edit),
       this.assistant,
     );
   }
@@ -573,11 +646,16 @@ class TurnView {
     const key = `${channel}:${instance}`;
     let code = this.codeBlocks.get(key);
     if (!code) {
-      code = el("code");
-      const label = kind === "code" ? "Code" : channel;
-      this.activity.append(el("figure", { class: "code-block" }, el("figcaption", { text: label }), el("pre", {}, code)));
+      code = this.codeFigure(kind === "code" ? "Code" : channel);
       this.codeBlocks.set(key, code);
     }
+    return code;
+  }
+
+  /** A program the model wrote (the ``code`` channel), as a captioned block in the turn's activity. */
+  codeFigure(label, text = "") {
+    const code = el("code", { text });
+    this.activity.append(el("figure", { class: "code-block" }, el("figcaption", { text: label }), el("pre", {}, code)));
     return code;
   }
 
@@ -597,6 +675,7 @@ class TurnView {
     const follow = messagesNearBottom();
     const citeUrls = new Set([...this.sources.values()].map((s) => s.url));
     this.answer.innerHTML = renderMarkdown(this.answerText, { citeUrls });
+    decorateCodeBlocks(this.answer);
     this.showAnswerImages();
     if (follow) scrollMessages(true);
   }
@@ -604,7 +683,7 @@ class TurnView {
   /** Load the conversation's images the answer shows (once each, though the answer renders again as it streams). */
   showAnswerImages() {
     this.answerImages = this.answerImages || new Map();
-    for (const image of this.answer.querySelectorAll("img.answer-image")) {
+    for (const image of this.answer.querySelectorAll("img.answer-image[data-path]")) {
       const path = image.dataset.path;
       if (!this.conversationId || !path) continue;
       if (!this.answerImages.has(path)) this.answerImages.set(path, fetchConversationBlob(this.conversationId, path));
@@ -666,6 +745,17 @@ class TurnView {
     this.setStatus("Thinking…");
   }
 
+  /** A tool call that never returned (the turn was stopped while it ran): its card says so. */
+  toolUnfinished(callId) {
+    const card = this.activity.querySelector(`[data-call-id="${CSS.escape(callId)}"]`);
+    if (!card || !card.classList.contains("running")) return;
+    card.classList.replace("running", "unfinished");
+    card.dataset.ok = "none";
+    const badge = card.querySelector(".badge");
+    badge.className = "badge";
+    badge.textContent = "not finished";
+  }
+
   /** A follow-up or steer the user sent while this turn runs: shown where it arrived. */
   liveEvent({ kind, message }) {
     const label = kind === "steer" ? "Steer" : "Follow-up";
@@ -697,7 +787,7 @@ class TurnView {
     this.sourceList.hidden = this.sourceList.children.length === 0;
   }
 
-  complete({ answer, followups, sources_used: sourcesUsed, outcome }) {
+  complete({ answer, followups, sources_used: sourcesUsed, outcome, usage }) {
     for (const source of sourcesUsed || []) this.sources.set(source.sid, source);
     if (!this.answerText && answer) this.answerText = renderCitationTokens(answer, this.sources);
     this.renderAnswer();
@@ -706,18 +796,28 @@ class TurnView {
     this.renderArtifacts();
     this.finish(outcome === "cancelled" ? "cancelled" : "completed");
     if (outcome && outcome !== "completed") this.notice(`The turn ended: ${outcome}.`, outcome);
-    this.renderFeedback(null);
+    this.usage = usage || null;
+    this.renderFooter();
   }
 
   fail(code, message) {
     if (code === "cancelled") {
-      this.notice("Stopped.", code);
-      if (this.answerText) this.renderAnswer();
-      this.finish("cancelled");
+      this.stopped();
       return;
     }
     this.notices.append(el("p", { class: "error", role: "alert", text: `${message || "The turn failed."}${code ? ` (${code})` : ""}` }));
     this.finish("failed");
+  }
+
+  /** The user stopped the turn: what it had written stays, marked as cut off. */
+  stopped() {
+    for (const card of this.activity.querySelectorAll(".tool-card.running")) this.toolUnfinished(card.dataset.callId);
+    this.stoppedMark.textContent = this.answerText.trim() ? "■ Stopped: the answer was cut off here." : "■ Stopped before it answered.";
+    this.stoppedMark.hidden = false;
+    if (this.answerText) this.renderAnswer();
+    this.renderArtifacts();
+    this.finish("cancelled");
+    this.renderFooter();
   }
 
   finish(finalState) {
@@ -761,53 +861,109 @@ class TurnView {
     this.followups.hidden = this.followups.children.length === 0;
   }
 
-  renderFeedback(current) {
+  /** The footer of an ended turn: copy the answer, regenerate (the last turn), 👍/👎 (a turn that answered), usage. */
+  renderFooter() {
     if (!this.turnId) return;
-    const thanks = el("span", { class: "muted small feedback-status", role: "status" });
-    const button = (reaction, iconName, label) =>
-      el("button", {
-        type: "button",
-        class: "icon-button feedback",
-        "data-reaction": reaction,
-        "aria-label": label,
-        title: label,
-        "aria-pressed": current === reaction ? "true" : "false",
-        onclick: async (event) => {
-          const pressed = event.currentTarget.getAttribute("aria-pressed") === "true";
-          const chosen = pressed ? "neutral" : reaction;
-          try {
-            await api(`${scopePath()}/conversations/${this.conversationId}/turns/${this.turnId}/feedback`, {
-              method: "POST",
-              json: { reaction: chosen },
-            });
-            for (const other of this.footer.querySelectorAll("button.feedback")) {
-              other.setAttribute("aria-pressed", other.dataset.reaction === chosen ? "true" : "false");
-            }
-            thanks.textContent = chosen === "neutral" ? "Feedback cleared" : "Thanks for the feedback";
-          } catch (error) {
-            toast(`Feedback was not saved: ${error.message}`);
-          }
-        },
-      }, icon(iconName));
-    this.footer.replaceChildren(button("ok", "thumbUp", "Good answer"), button("not_ok", "thumbDown", "Bad answer"), thanks);
-    this.footer.hidden = false;
+    const items = [];
+    if (this.answerText.trim()) items.push(copyButton("Copy the answer", () => this.answerText, "copy-answer"));
+    if (this.prompt) {
+      items.push(
+        el("button", {
+          type: "button",
+          class: "button secondary small regenerate last-only",
+          title: "Send your message again for a new answer (this one stays above it)",
+          text: "↻ Regenerate",
+          onclick: () => !state.running && sendMessage(this.prompt),
+        }),
+      );
+    }
+    if (this.answerText.trim()) items.push(...this.feedbackButtons());
+    const used = usageLabel(this.usage);
+    if (used) items.push(el("span", { class: "usage muted small", title: usageDetail(this.usage), text: used }));
+    this.footer.replaceChildren(...items);
+    this.footer.hidden = items.length === 0;
   }
 
-  /** Fill the view from a stored turn of ``GET …/conversations/{id}``. */
+  feedbackButtons() {
+    const thanks = el("span", { class: "muted small feedback-status", role: "status" });
+    const button = (reaction, iconName, label) =>
+      el(
+        "button",
+        {
+          type: "button",
+          class: "icon-button feedback",
+          "data-reaction": reaction,
+          "aria-label": label,
+          title: label,
+          "aria-pressed": this.feedback === reaction ? "true" : "false",
+          onclick: async (event) => {
+            const pressed = event.currentTarget.getAttribute("aria-pressed") === "true";
+            const chosen = pressed ? "neutral" : reaction;
+            try {
+              await api(`${scopePath()}/conversations/${this.conversationId}/turns/${this.turnId}/feedback`, {
+                method: "POST",
+                json: { reaction: chosen },
+              });
+              this.feedback = chosen;
+              for (const other of this.footer.querySelectorAll("button.feedback")) {
+                other.setAttribute("aria-pressed", other.dataset.reaction === chosen ? "true" : "false");
+              }
+              thanks.textContent = chosen === "neutral" ? "Feedback cleared" : "Thanks for the feedback";
+            } catch (error) {
+              toast(`Feedback was not saved: ${error.message}`);
+            }
+          },
+        },
+        icon(iconName),
+      );
+    return [button("ok", "thumbUp", "Good answer"), button("not_ok", "thumbDown", "Bad answer"), thanks];
+  }
+
+  /** Fill the view from a stored turn of ``GET …/conversations/{id}``: everything it showed live. */
   static fromStored(turn, conversationId) {
     const view = new TurnView({ prompt: turn.prompt, attachments: turn.attachments || [], conversationId });
     view.setTurn(turn.turn_id);
+    if (turn.state === "running" || turn.state === "accepted") return view; // its events stream again from the start
     for (const citation of turn.citations || []) view.sources.set(citation.sid, citation);
+    for (const thought of turn.reasoning || []) {
+      view.reasoning.hidden = false;
+      view.reasoningText.append(el("p", { text: thought }));
+    }
+    const activity = [
+      ...(turn.tools || []).map((tool) => ({ seq: tool.seq, show: () => view.storedTool(tool) })),
+      ...(turn.live_events || []).map((event) => ({ seq: event.seq, show: () => view.liveEvent(event) })),
+    ].sort((a, b) => a.seq - b.seq);
+    for (const item of activity) item.show();
+    for (const notice of turn.notices || []) view.notice(notice.message || notice.code, notice.code);
+    view.artifacts = [...(turn.artifacts || [])];
     view.answerText = renderCitationTokens(turn.answer || "", view.sources);
     view.renderAnswer();
     view.renderSources(turn.citations);
     view.renderFollowups(turn.followups);
-    const userFeedback = (turn.feedback || []).filter((f) => f.origin === "user").pop();
-    if (turn.state === "running") return view;
+    view.usage = turn.usage || null;
+    view.feedback = (turn.feedback || []).filter((f) => f.origin === "user").pop()?.reaction || null;
+    view.renderArtifacts();
+    if (turn.state === "cancelled") {
+      view.stopped();
+      return view;
+    }
     view.finish(turn.state === "completed" ? "completed" : turn.state);
-    if (turn.state === "failed") view.notice("This turn failed.", "failed");
-    view.renderFeedback(userFeedback ? userFeedback.reaction : null);
+    if (turn.state !== "completed") {
+      const text = turn.status_message || (turn.state === "interrupted" ? "The turn was interrupted." : "This turn failed.");
+      view.notices.append(el("p", { class: "error", role: "alert", text: `${text} (${turn.state})` }));
+    } else if (turn.outcome && turn.outcome !== "completed") {
+      view.notice(`The turn ended: ${turn.outcome}.`, turn.outcome);
+    }
+    view.renderFooter();
     return view;
+  }
+
+  /** A stored tool call as its card (and its program, for exec.python) showed it. */
+  storedTool(tool) {
+    if (tool.code) this.codeFigure("Code", tool.code);
+    this.toolCall({ call_id: tool.call_id, tool_id: tool.tool_id, params: tool.params });
+    if (tool.ok === null || tool.ok === undefined) this.toolUnfinished(tool.call_id);
+    else this.toolResult({ call_id: tool.call_id, tool_id: tool.tool_id, ok: tool.ok, summary: tool.summary, paths: [] });
   }
 }
 
@@ -981,7 +1137,34 @@ function setRunning(view) {
   $("send-button").title = view ? "Add this to the running turn (a follow-up)" : "";
   $("steer-button").hidden = !view;
   $("stop-button").hidden = !view;
+  document.body.dataset.running = view ? "true" : "false"; // hides regenerate and edit while a turn runs
   for (const chip of document.querySelectorAll("button.followup")) chip.disabled = Boolean(view);
+}
+
+/** Edit-and-resend: the message goes back into the composer; sending it starts a new turn. */
+function editPrompt(text) {
+  const input = $("composer-input");
+  input.value = text;
+  autoGrow(input);
+  input.focus();
+  input.setSelectionRange(text.length, text.length);
+}
+
+/** Show the first message as the conversation's title until the summarizer's arrives (the server does the same). */
+function showProvisionalTitle(conversationId, message) {
+  const meta = state.conversations.get(conversationId) || { id: conversationId, bundle: state.bundle };
+  meta.title = message.slice(0, 80);
+  meta.title_source = "message";
+  meta.updated_at = new Date().toISOString();
+  state.conversations.delete(conversationId);
+  state.conversations = new Map([[conversationId, meta], ...state.conversations]);
+  renderConversationList();
+}
+
+/** A refused first message leaves no conversation in the list (the empty one is used for the next try). */
+function forgetProvisionalTitle(conversationId) {
+  state.conversations.delete(conversationId);
+  renderConversationList();
 }
 
 function timezone() {
@@ -1029,7 +1212,7 @@ async function sendLiveEvent(view, kind, message) {
 async function followNextTurn(view, conversationId) {
   let next = view.nextTurn;
   while (next && next.events_url) {
-    const following = new TurnView({ prompt: next.prompt || "(follow-up)", conversationId });
+    const following = new TurnView({ prompt: next.prompt || next.message || "(follow-up)", conversationId });
     setRunning(following);
     appendTurn(following);
     following.setTurn(next.turn_id);
@@ -1057,9 +1240,14 @@ async function sendMessage(text, liveKind = "followup") {
   setRunning(view);
   appendTurn(view);
   view.setStatus("Sending…");
+  let untitled = null; // a conversation this message would title: untitled again if the message is refused
   try {
     const conversationId = await ensureConversation();
     view.conversationId = conversationId;
+    if (!state.conversations.get(conversationId)?.title) {
+      untitled = conversationId;
+      showProvisionalTitle(conversationId, message);
+    }
     const url = `${scopePath()}/conversations/${conversationId}/turns`;
     let started;
     if (files.length) {
@@ -1072,6 +1260,7 @@ async function sendMessage(text, liveKind = "followup") {
     } else {
       started = await api(url, { method: "POST", json: { message, bundle: state.bundle || undefined, timezone: timezone() } });
     }
+    untitled = null;
     clearComposer();
     view.setTurn(started.turn_id);
     await streamTurn(view, started.events_url);
@@ -1079,6 +1268,7 @@ async function sendMessage(text, liveKind = "followup") {
     if (state.running === view) setRunning(null);
     await followNextTurn(view, conversationId);
   } catch (error) {
+    if (untitled) forgetProvisionalTitle(untitled);
     if (error.name !== "AbortError") view.fail(error.code, error.message);
   } finally {
     if (state.running === view) setRunning(null);
@@ -1150,8 +1340,9 @@ function conversationTitle(conversation) {
 
 function renderConversationList() {
   const list = $("conversation-list");
-  list.replaceChildren(...[...state.conversations.values()].map(conversationRow));
-  $("conversation-empty").hidden = state.conversations.size > 0;
+  // a conversation without a title has no accepted message yet (a refused first message leaves it so): not listed
+  list.replaceChildren(...[...state.conversations.values()].filter((c) => c.title).map(conversationRow));
+  $("conversation-empty").hidden = list.children.length > 0;
   $("load-more").hidden = !state.nextBefore;
   const renaming = list.querySelector(".conversation-rename-input");
   if (renaming) {
@@ -1349,7 +1540,7 @@ function renderBundles() {
     ...state.bundles.map((bundle) =>
       el("option", {
         value: bundle.id,
-        text: `${bundle.title || bundle.id}${bundle.default ? " (default)" : ""}${bundle.state !== "loaded" ? ` — ${bundle.state}` : ""}`,
+        text: `${bundle.title || bundle.id}${bundle.default ? " (default)" : ""}${bundle.state !== "loaded" ? ` — ${bundle.state}` : ""}${bundle.load_error && bundle.state === "loaded" ? " ⚠" : ""}`,
         title: bundle.description || "",
       }),
     ),
@@ -1365,7 +1556,36 @@ function renderBundles() {
 function selectBundle(bundleId) {
   state.bundle = bundleId;
   $("bundle-select").value = bundleId;
-  renderWidgets(state.bundles.find((b) => b.id === bundleId) || null);
+  const bundle = state.bundles.find((b) => b.id === bundleId) || null;
+  renderWidgets(bundle);
+  renderBundleWarning(bundle);
+}
+
+/** Why the bundle's last load failed, beside the picker: a reload that failed while an older generation still
+ * serves (admin keys only: the server tells no one else), or a bundle that serves nothing. */
+function renderBundleWarning(bundle) {
+  const box = $("bundle-warning");
+  const error = bundle?.load_error;
+  box.hidden = !error;
+  box.open = false;
+  if (!error) return;
+  const failed = error.generation ? `Generation ${error.generation}` : "The last reload";
+  $("bundle-warning-title").textContent =
+    error.serving_generation !== null && error.serving_generation !== undefined
+      ? `⚠ ${failed} failed to load`
+      : "⚠ This bundle failed to load";
+  const where = error.file ? `${error.file}${error.line ? `:${error.line}` : ""}` : "";
+  $("bundle-warning-body").replaceChildren(
+    el("p", {}, el("strong", { text: error.code }), ` ${error.message}`),
+    where ? el("p", {}, el("code", { class: "load-error-where", text: where })) : null,
+    el("p", {
+      class: "muted small",
+      text:
+        error.serving_generation !== null && error.serving_generation !== undefined
+          ? `Generation ${error.serving_generation} still serves. Fix the file and reload the bundle.`
+          : "No generation serves: messages to this bundle are refused until it loads.",
+    }),
+  );
 }
 
 function renderWidgets(bundle) {
@@ -1454,11 +1674,90 @@ async function openScope() {
   renderBundles();
   resetChat();
   try {
-    await loadConversations({ reset: true });
+    await Promise.all([loadConversations({ reset: true }), loadRoles()]);
   } catch (error) {
     toast(`Conversations cannot be listed: ${error.message}`);
   }
   document.body.dataset.ready = "true";
+}
+
+/** Whether the key is an admin's (``GET /v1/me``): admins get the usage page. */
+async function loadRoles() {
+  let roles = [];
+  try {
+    roles = (await api("/v1/me")).roles || [];
+  } catch {
+    roles = [];
+  }
+  state.admin = roles.includes("admin");
+  $("usage-button").hidden = !state.admin;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Usage page (admin keys): GET …/usage per user, bundle, day or model, and the total
+
+const USAGE_COLUMNS = [
+  "calls",
+  "turns",
+  "input_tokens",
+  "output_tokens",
+  "cache_read_input_tokens",
+  "cache_creation_input_tokens",
+  "total_tokens",
+];
+
+function isoDay(date) {
+  return date.toISOString().slice(0, 10);
+}
+
+function openUsage() {
+  const now = new Date();
+  const monthStart = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+  const nextMonth = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1));
+  if (!$("usage-from").value) $("usage-from").value = isoDay(monthStart);
+  if (!$("usage-to").value) $("usage-to").value = isoDay(nextMonth);
+  $("usage-scope").textContent = `${state.tenant}/${state.project}`;
+  $("usage-dialog").showModal();
+  loadUsage();
+}
+
+function usageRow(cells, header = false) {
+  const [key, ...rest] = cells;
+  return el(
+    "tr",
+    {},
+    el(header ? "th" : "td", { scope: header ? "row" : null, text: key }),
+    ...rest.map((value) => el("td", { class: "num", text: value })),
+  );
+}
+
+function usageCells(key, row) {
+  const cost = typeof row.cost_usd === "number" ? row.cost_usd.toFixed(4) : "";
+  return [key, ...USAGE_COLUMNS.map((name) => NUMBER.format(row[name] || 0)), cost];
+}
+
+async function loadUsage() {
+  const group = $("usage-group").value;
+  const params = new URLSearchParams({
+    from: `${$("usage-from").value}T00:00:00Z`,
+    to: `${$("usage-to").value}T00:00:00Z`,
+    group_by: group,
+  });
+  const error = $("usage-error");
+  error.hidden = true;
+  $("usage-table").dataset.loaded = "false";
+  let report;
+  try {
+    report = await api(`${scopePath()}/usage?${params}`);
+  } catch (failure) {
+    error.textContent = `The usage cannot be read: ${failure.message}`;
+    error.hidden = false;
+    return;
+  }
+  $("usage-key-title").textContent = group;
+  $("usage-rows").replaceChildren(...report.groups.map((row) => usageRow(usageCells(row.key || "—", row))));
+  $("usage-total").replaceChildren(usageRow(usageCells("total", report.total), true));
+  $("usage-table").dataset.loaded = "true";
 }
 
 async function signIn(event) {
@@ -1559,6 +1858,12 @@ function wire() {
     } catch (error) {
       toast(`The turn cannot be stopped: ${error.message}`);
     }
+  });
+  $("usage-button").addEventListener("click", openUsage);
+  $("usage-close").addEventListener("click", () => $("usage-dialog").close());
+  $("usage-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    loadUsage();
   });
   $("toggle-sidebar").addEventListener("click", () => toggleDrawer("toggle-sidebar", "sidebar-open"));
   $("toggle-side").addEventListener("click", () => toggleDrawer("toggle-side", "side-open"));
