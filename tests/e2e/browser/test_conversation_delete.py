@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
-from web_ui_kit import BerthHost, save_screenshot
+from web_ui_kit import BerthHost, save_doc_image, save_screenshot
 
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog, Locator, Page
@@ -73,6 +73,8 @@ def test_a_conversation_is_renamed_then_deleted_and_nothing_of_it_is_left(page: 
     page.fill(".conversation-rename-input", TITLE)
     page.press(".conversation-rename-input", "Enter")
     row_of(page, conversation).locator(".conversation-title", has_text=TITLE).wait_for()
+    row_of(page, conversation).hover()  # the renamed conversation with its actions, as docs/web-ui.md shows it
+    save_doc_image(page, "web-ui-conversation-actions.png")
     api = open_host.api()
     base = f"/v1/default/default/conversations/{conversation}"
     detail = api.get(base).json()
