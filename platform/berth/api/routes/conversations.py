@@ -165,7 +165,17 @@ async def get_conversation(
                     followups=_followups(followups),
                     citations=citations,
                     attachments=[
-                        {"name": b.meta.get("name"), "mime": b.mime, "size": b.meta.get("size"), "path": b.path}
+                        {
+                            "name": b.meta.get("name"),
+                            "mime": b.mime,
+                            "size": b.meta.get("size"),
+                            "path": b.path,
+                            **(
+                                {"sent": b.meta["sent"], "sent_note": b.meta.get("sent_note")}
+                                if b.meta.get("sent")
+                                else {}
+                            ),
+                        }
                         for b in blocks
                         if b.type == BlockType.USER_ATTACHMENT
                     ],
