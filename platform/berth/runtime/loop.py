@@ -214,6 +214,7 @@ class TurnRunner:
         state.store_files = store_files
         resumed_rounds = 0
         resumed = turn.resume is not None and _began(turn.resume)
+        await prepare_attachments(turn.attachments, model_ref)  # documents' text, downscaled images: off the loop
         if turn.resume is not None and resumed:
             head, logged_rounds = recorder.resume(turn.resume)
             timeline.contribute(*head, *(block for entry in logged_rounds for block in entry))
@@ -221,7 +222,6 @@ class TurnRunner:
             await state.workspace.restore()  # the files its earlier attempts stored as they announced them
             resumed_rounds = sum(1 for entry in logged_rounds if not _live_only(entry))
         else:
-            await prepare_attachments(turn.attachments, model_ref)  # documents' text, downscaled images: off the loop
             head = self._head_blocks(turn, generation, model_ref, now, pruned)
             timeline.contribute(*head)
             recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
