@@ -4,9 +4,11 @@ saw it (another process); a compacted-away or text-only view carries no bytes.""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
 from turn_harness import action, complete, turn_harness
 
 from berth.config.models.assembly import ModelRef
@@ -96,3 +98,37 @@ async def test_memory_search_finds_the_text_of_a_pdf_the_model_read_as_a_documen
         await harness.turn("hello", "what was the total?", script=script)
         result = harness.model.requests[-1].prompt.section_text("current_turn")
         assert "fi:turn_1.attachments/invoice.pdf" in result.split("[react.tool.result]")[-1]
+
+
+async def test_an_image_over_the_models_limits_is_its_downscaled_copy_in_every_turn_and_every_process(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: the copy is made once, stored beside the file, and read back as any file by a runner that never
+    saw the turn: the same bytes in every prompt (the cache holds), and ``react.read`` shows the copy again."""
+    wide = png_bytes(9000, 100, "teal")
+    async with turn_harness(tmp_path, HELLO) as harness:
+        models: Any = lambda role: (VISION, harness.model)  # noqa: E731
+        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock)
+        await harness.turn("hello", "look", script=[complete("Seen.")], attachments=(("wide.png", "image/png", wide),))
+        [(_, first)] = media_in(harness.model.requests[-1].prompt)
+        assert first.path.startswith("fi:turn_1.attachments/downscaled/") and first.mime == "image/png"
+        assert Image.open(io.BytesIO(first.data)).size == (8000, 89)
+        assert "shown to you as an image, downscaled from 9000x100" in harness.model.requests[-1].prompt.section_text(
+            "current_turn"
+        )
+
+        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock, resident_conversations=0)
+        path = "fi:turn_1.attachments/wide.png"
+        await harness.turn("hello", "again?", script=[action("react.read", paths=[path]), complete("Teal.")])
+        after = harness.model.requests[-1].prompt
+        shown = [(section, m.path, m.data) for section, m in media_in(after)]
+        assert shown[0] == ("history", first.path, first.data)  # read back from the store: the same bytes
+        assert shown[1][0] == "current_turn" and shown[1][2] == first.data  # the read shows the copy again
+        assert shown[1][1].startswith("fi:turn_2.attachments/downscaled/")
+        read = f"{path}: (image/png, {len(wide)} bytes) shown to you again as an image, after this result, downscaled"
+        assert f"{read} to 8000x89 (image/png" in after.section_text("current_turn")
+
+        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock, resident_conversations=0)
+        await harness.turn("hello", "once more", script=[complete("Yes.")])
+        again = [(m.path, m.data) for _, m in media_in(harness.model.requests[-1].prompt)]
+        assert again == [(first.path, first.data), (shown[1][1], first.data)]

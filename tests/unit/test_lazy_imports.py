@@ -68,11 +68,33 @@ def test_the_plugin_modules_import_no_backend() -> None:
         "berth_docker.backend",
         "berth_postgres.plugin",
     )
-    backends = ("anthropic", "httpx", "trafilatura", "boto3", "botocore", "docker", "asyncpg", "numpy", "sqlite3")
+    backends = (
+        "anthropic",
+        "httpx",
+        "trafilatura",
+        "boto3",
+        "botocore",
+        "docker",
+        "asyncpg",
+        "numpy",
+        "sqlite3",
+        "PIL",
+    )
     code = "\n".join(f"import {module}" for module in plugins)
     lazy = ("berth.runtime", "berth.default_plugins.storage.sqlite", "berth.default_plugins.tools.web.pack")
     watched = (*backends, *lazy)
     assert modules_after(code, watched) == []
+
+
+def test_pillow_is_loaded_by_the_first_image_that_needs_it_not_by_the_runtime() -> None:
+    """Images are downscaled for a model only when one is over its limits (issue 37): Pillow stays unloaded."""
+    code = (
+        "import berth.runtime.images, berth.runtime.attachments, berth.runtime.live, berth.runtime.loop, "
+        "berth.runtime.media, berth.runtime.tools.read, berth.turns.build, berth.testing.fakes.media"
+    )
+    assert modules_after(code, ("PIL", "numpy")) == []
+    used = "from berth.runtime.images import image_size\nimage_size(b'not an image')"
+    assert modules_after(used, ("PIL",)) == ["PIL"]
 
 
 def test_the_model_events_do_not_import_the_renderer() -> None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from berth.config.models.assembly import DistributedStorage
 from berth.logs import bound
 from berth.runtime.events import TurnEvent
-from berth.runtime.live import LiveEvent, LiveInboxClosedError
+from berth.runtime.live import LiveEvent, LiveInboxClosedError, attachment_notices
 from berth.runtime.loop import TurnInput
 from berth.storage.claims import ParkedTurn
 from berth.storage.conversations import StorageError, TurnLog
@@ -228,4 +228,6 @@ class QueuedTurnRunner:
             return {"closed": True}
         live: Literal["user.followup", "user.steer"] = "user.steer" if kind == "steer" else "user.followup"
         await running.log.append(TurnEvent(live, live_event_data(received)))
+        for notice in attachment_notices(received.blocks):  # its files the model does not get as they are
+            await running.log.append(TurnEvent("notice", notice))
         return {"path": received.block.path}

@@ -17,18 +17,36 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
 from berth.config.models.assembly import ModelRef
-from berth.runtime.attachments import PREVIEW_CHARS, attachment_text, choose_media, document_of, prepare
+from berth.runtime.attachments import (
+    PREVIEW_CHARS,
+    attachment_text,
+    choose_media,
+    delivery,
+    document_of,
+    model_copy_path,
+    prepare,
+)
 from berth.runtime.blocks import Block, BlockType, format_utc
 from berth.runtime.paths import RecordPath
 
-__all__ = ["LiveEvent", "LiveInbox", "LiveInboxClosedError", "LiveKind", "ReceivedEvent", "announce_line"]
+__all__ = [
+    "LiveEvent",
+    "LiveInbox",
+    "LiveInboxClosedError",
+    "LiveKind",
+    "ReceivedEvent",
+    "announce_line",
+    "attachment_block",
+    "attachment_notices",
+    "model_copies",
+]
 
 LiveKind: TypeAlias = Literal["followup", "steer"]
 
@@ -114,7 +132,7 @@ class LiveInbox:
 
         :raises LiveInboxClosedError: when the turn has reached its end (start the next turn instead).
         """
-        await prepare(event.attachments)  # documents' text, extracted off the loop
+        await prepare(event.attachments, self.model)  # documents' text and downscaled images, made off the loop
         if self._closed:
             raise LiveInboxClosedError(self.turn_id)
         received = self._receive(event)
@@ -219,10 +237,17 @@ def attachment_block(
         meta["live"] = live
     if media.kind is not None:
         meta["media"] = media.kind
+        if media.fitted is not None:  # the prompt shows the downscaled copy, stored beside the file
+            meta["media_path"] = model_copy_path(turn_id, media.fitted)
+            meta["media_mime"] = media.fitted.mime
         if media.kind == "pdf":  # the prompt shows the document itself; memory search indexes its text
             document = document_of(data)
             if document is not None and document.text:
                 meta["index_text"] = document.text[:PREVIEW_CHARS]
+    sent = delivery(mime, data, media)
+    if sent.sent != "as_is":  # what the user is told as the turn takes the file (attachment_notices)
+        meta["sent"] = sent.sent
+        meta["sent_note"] = sent.note
     return Block(
         type=BlockType.USER_ATTACHMENT,
         path=path,
@@ -233,6 +258,43 @@ def attachment_block(
         text=attachment_text(path, mime, data, media),
         meta=meta,
     )
+
+
+def attachment_notices(blocks: Iterable[Block]) -> list[dict[str, str]]:
+    """The ``notice`` events that tell the user which of ``blocks``' attachments the model does not get as they
+    are: ``attachment_downscaled``, ``attachment_as_text``, ``attachment_not_sent``, each with the file's name,
+    its ``fi:`` path and the reason."""
+    notices = []
+    for block in blocks:
+        sent = block.meta.get("sent")
+        if block.type == BlockType.USER_ATTACHMENT and sent:
+            name = str(block.meta.get("name"))
+            notices.append(
+                {
+                    "code": f"attachment_{sent}",
+                    "message": f"{name} {block.meta.get('sent_note')}",
+                    "name": name,
+                    "path": block.path,
+                }
+            )
+    return notices
+
+
+def model_copies(
+    blocks: Iterable[Block], files: Mapping[str, tuple[str, bytes]], model: ModelRef | None
+) -> dict[str, bytes]:
+    """The downscaled copies the attachment ``blocks`` show, by ``fi:`` path (``meta.media_path``), made again from
+    their ``files`` (name → mime and bytes; the same bytes every time, from the cache :func:`prepare` filled)."""
+    copies = {}
+    for block in blocks:
+        copy_path = block.meta.get("media_path")
+        file = files.get(str(block.meta.get("name")))
+        if block.type != BlockType.USER_ATTACHMENT or not copy_path or file is None:
+            continue
+        fitted = choose_media(file[0], file[1], model).fitted
+        if fitted is not None:
+            copies[str(copy_path)] = fitted.data
+    return copies
 
 
 def announce_line(received: ReceivedEvent, *, new: bool) -> str:

@@ -28,12 +28,20 @@ from berth.runtime.blocks import Author, Block, BlockType
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
 from berth.runtime.events import EventSink, TurnEvent
-from berth.runtime.live import LiveEvent, LiveInbox, ReceivedEvent, announce_line, attachment_block
+from berth.runtime.live import (
+    LiveEvent,
+    LiveInbox,
+    ReceivedEvent,
+    announce_line,
+    attachment_block,
+    attachment_notices,
+    model_copies,
+)
 from berth.runtime.mcp_tools import add_mcp_tools, sync_mcp_tools
 from berth.runtime.media import stock_shelf
 from berth.runtime.memory import MemorySearch
 from berth.runtime.metering import ModelCall, TurnMeter
-from berth.runtime.paths import RecordPath
+from berth.runtime.paths import FilePath, RecordPath, parse_path
 from berth.runtime.persistence import TurnRecorder, restore_conversation
 from berth.runtime.plan import PlanBookCache, apply_step_markers
 from berth.runtime.protocol import (
@@ -54,7 +62,7 @@ from berth.runtime.toolbox import RuntimeTool, ToolBox, function_tool, system_me
 from berth.runtime.tools import react_tools
 from berth.runtime.tools.execution import TOOL_ID, exec_tool
 from berth.runtime.turn import BundleView, TurnState
-from berth.runtime.workspace import Workspace
+from berth.runtime.workspace import Workspace, artifact_path
 from berth.storage.conversations import ArtifactWrite, ConversationHandle, ConversationStore, TurnLog, TurnUsage
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, StreamEvent, render_citations
@@ -210,6 +218,7 @@ class TurnRunner:
         state.store_files = store_files
         resumed_rounds = 0
         resumed = turn.resume is not None and _began(turn.resume)
+        await prepare_attachments(turn.attachments, model_ref)  # documents' text, downscaled images: off the loop
         if turn.resume is not None and resumed:
             head, logged_rounds = recorder.resume(turn.resume)
             timeline.contribute(*head, *(block for entry in logged_rounds for block in entry))
@@ -217,11 +226,12 @@ class TurnRunner:
             await state.workspace.restore()  # the files its earlier attempts stored as they announced them
             resumed_rounds = sum(1 for entry in logged_rounds if not _live_only(entry))
         else:
-            await prepare_attachments(turn.attachments)  # documents' text, extracted off the loop
             head = self._head_blocks(turn, generation, model_ref, now, pruned)
             timeline.contribute(*head)
             recorder.start(head, started_at=now, generation=f"{generation.bundle_id}:{generation.number}")
-        await self._stock_media(renderer, timeline, head, state.workspace.attachments, handle)
+        files = {name: (mime, data) for name, mime, data in turn.attachments}
+        state.model_copies.update(model_copies(head, files, model_ref))
+        await self._stock_media(renderer, timeline, head, state.workspace.attachments, state.model_copies, handle)
         inbox = turn.inbox
         if inbox is not None:
             inbox.cancel_streams = react.steer == "cancel_stream"
@@ -241,6 +251,9 @@ class TurnRunner:
                 },
             )
         )
+        if not resumed:  # the files the model does not get as they are: the user is told at once
+            for notice in attachment_notices(head):
+                await emit(TurnEvent("notice", notice))
         usage = Usage()
         rounds = resumed_rounds
 
@@ -263,6 +276,7 @@ class TurnRunner:
                     *state.workspace.artifact_writes(),
                     *self._capped_results(state),
                     *(ArtifactWrite(f"{turn.turn_id}/attachments/{name}", data) for name, _, data in turn.attachments),
+                    *self._model_copy_writes(state),
                     *self._live_attachment_writes(turn.turn_id, inbox),
                 ),
                 usage=TurnUsage(**usage.model_dump()),
@@ -748,13 +762,19 @@ class TurnRunner:
         timeline: Timeline,
         head: Sequence[Block],
         attachments: Mapping[str, bytes],
+        copies: Mapping[str, bytes],
         handle: ConversationHandle,
     ) -> None:
         """Put the bytes of the images and PDFs the prompt shows as themselves on the renderer's shelf: this
-        turn's from its request, earlier turns' (when this renderer has not seen them) from the store."""
+        turn's from its request (or their downscaled ``copies``), earlier turns' (when this renderer has not seen
+        them) from the store."""
         prefix = f"fi:{head[0].turn_id}.attachments/" if head else ""
         for block in head:
             if block.meta.get("media") and block.path.startswith(prefix):
+                copy_path = str(block.meta.get("media_path") or "")
+                if copy_path in copies:
+                    renderer.media[copy_path] = copies[copy_path]
+                    continue
                 data = attachments.get(block.path.removeprefix(prefix))
                 if data is not None:
                     renderer.media[block.path] = data
@@ -866,11 +886,28 @@ class TurnRunner:
         taken: tuple[ReceivedEvent, ...] = inbox.take()
         for received in taken:
             files = {name: data for name, _, data in received.event.attachments}
+            copies = model_copies(
+                received.blocks, {name: (mime, data) for name, mime, data in received.event.attachments}, inbox.model
+            )
+            state.model_copies.update(copies)
+            shelf.update(copies)
             for block in received.blocks:
-                if block.meta.get("media") and str(block.meta.get("name")) in files:
-                    shelf[block.path] = files[str(block.meta.get("name"))]
+                name = str(block.meta.get("name"))
+                if block.meta.get("media") and not block.meta.get("media_path") and name in files:
+                    shelf[block.path] = files[name]
             state.timeline.contribute(*received.blocks)
         return frozenset(received.number for received in taken)
+
+    @staticmethod
+    def _model_copy_writes(state: TurnState) -> tuple[ArtifactWrite, ...]:
+        """The downscaled copies of images the turn showed the model, stored beside its attachments (a later
+        render in any process reads them like any file)."""
+        writes = []
+        for path, data in sorted(state.model_copies.items()):
+            parsed = parse_path(path)
+            if isinstance(parsed, FilePath):
+                writes.append(ArtifactWrite(artifact_path(parsed.turn_id, parsed.area, parsed.rel), data))
+        return tuple(writes)
 
     @staticmethod
     def _live_attachment_writes(turn_id: str, inbox: LiveInbox | None) -> tuple[ArtifactWrite, ...]:

@@ -86,6 +86,9 @@ class TurnState:
     """The turn's tools (a skill that is read may widen them for the rest of the turn)."""
     media_shelf: dict[str, bytes] = field(default_factory=dict)
     """The renderer's shelf of image and PDF bytes by ``fi:`` path (:mod:`berth.runtime.media`)."""
+    model_copies: dict[str, bytes] = field(default_factory=dict)
+    """The downscaled copies of images shown to the model by their ``fi:`` paths (``attachments/downscaled/…``),
+    stored with the turn's commit."""
     reopened_media: list[tuple[str, str]] = field(default_factory=list)
     """``(fi: path, mime)`` of an image the running tool call shows again (its result block carries it)."""
     store_files: Callable[[tuple[ArtifactWrite, ...]], Awaitable[None]] | None = None

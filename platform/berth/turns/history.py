@@ -114,7 +114,17 @@ class TurnReplay:
 
 
 def _attachment(block: Block) -> dict[str, Any]:
-    return {"name": block.meta.get("name"), "mime": block.mime, "size": block.meta.get("size"), "path": block.path}
+    """An attachment as the UI lists it; ``sent`` and ``sent_note`` when the model did not get it as it is
+    (downscaled, read as text, not seen)."""
+    attachment = {
+        "name": block.meta.get("name"),
+        "mime": block.mime,
+        "size": block.meta.get("size"),
+        "path": block.path,
+    }
+    if block.meta.get("sent"):
+        attachment.update(sent=block.meta["sent"], sent_note=block.meta.get("sent_note"))
+    return attachment
 
 
 def _followups(data: object) -> list[str]:

@@ -29,7 +29,7 @@ from berth.host.supervised import SupervisedTask
 from berth.logs import bound
 from berth.runtime.blocks import BlockType
 from berth.runtime.events import TurnEvent
-from berth.runtime.live import LiveEvent, LiveInboxClosedError
+from berth.runtime.live import LiveEvent, LiveInboxClosedError, attachment_notices
 from berth.runtime.loop import ModelResolver, TurnInput, TurnRunner, record_block
 from berth.runtime.memory import Embedder, MemorySearch
 from berth.runtime.persistence import block_from_record, block_record
@@ -762,6 +762,8 @@ class HostServices:
                     "user.steer" if event.kind == "steer" else "user.followup"
                 )
                 await current.log.append(TurnEvent(kind, live_event_data(received)))
+                for notice in attachment_notices(received.blocks):  # its files the model does not get as they are
+                    await current.log.append(TurnEvent("notice", notice))
                 return LiveDelivery(current.turn_id, received.block.path, started_turn=False)
             started = await self._start_with(scope, bundle_id, event)
             if started is not None:

@@ -151,7 +151,7 @@ async def test_an_image_over_the_models_limit_is_a_placeholder_and_a_long_pdf_it
             "model": "claude-sonnet-5-5",
             "base_url": server.base_url,
             "api_key": "sk-ant-multimodal-0123456789",
-            "image_max_mb": 0.0001,  # 104 bytes: the PNG (136 bytes) is larger
+            "image_max_mb": 0.00005,  # 52 characters of base64: no PNG is that small, even downscaled
         }
         files = [("file", ("screen.png", PNG, "image/png")), ("file", ("long.pdf", long_pdf, "application/pdf"))]
         async with api_stack(tmp_path, [], platform={"models": {"default": model}}) as stack:
@@ -164,6 +164,6 @@ async def test_an_image_over_the_models_limit_is_a_placeholder_and_a_long_pdf_it
         content = request.body["messages"][0]["content"]
         assert [block["type"] for block in content if block["type"] != "text"] == []
         text = "\n".join(block["text"] for block in content)
-        assert "an image you cannot see here: it is larger than the 0.0001 MB an image may be" in text
+        assert "an image you cannot see here: it cannot be made smaller than the 5e-05 MB an image may be" in text
         assert "[not shown as a document: its 600 pages are more than the 500 a PDF may have; its text follows]" in text
         assert "--- page 1 ---\npage 1" in text

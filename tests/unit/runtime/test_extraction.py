@@ -15,6 +15,7 @@ from berth.testing.documents import (
     docx_bytes,
     encrypted_pdf,
     pdf_bytes,
+    png_bytes,
     pptx_bytes,
     xlsx_bytes,
 )
@@ -113,7 +114,8 @@ def test_other_binary_files_are_shown_by_type_and_size() -> None:
 
 ANTHROPIC = ModelRef(provider="anthropic", model="claude-sonnet-5-5")
 TEXT_ONLY = ModelRef(provider="scripted", model="script.yaml")
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(100)
+PNG = png_bytes(64, 48)
+NOT_AN_IMAGE = b"\x89PNG\r\n\x1a\n" + bytes(100)
 
 
 def test_a_model_that_reads_images_sees_the_image_itself() -> None:
@@ -128,7 +130,12 @@ def test_a_model_that_reads_images_sees_the_image_itself() -> None:
     ("model", "data", "reason"),
     [
         (TEXT_ONLY, PNG, "this model does not read images"),
-        (ANTHROPIC.model_copy(update={"image_max_mb": 0.00001}), PNG, "it is larger than the 1e-05 MB an image may be"),
+        (
+            ANTHROPIC.model_copy(update={"image_max_mb": 0.00001}),
+            PNG,
+            "it cannot be made smaller than the 1e-05 MB an image may be",
+        ),
+        (ANTHROPIC, NOT_AN_IMAGE, "it cannot be decoded as an image"),
     ],
 )
 def test_an_image_the_model_cannot_see_is_a_described_placeholder(model: ModelRef, data: bytes, reason: str) -> None:

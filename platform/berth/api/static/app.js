@@ -424,6 +424,13 @@ function usageDetail(usage) {
   return `${parts.join(" · ")} tokens; ${cost}`;
 }
 
+/** What an attachment's chip says when the model does not get the file as it is (the notice's code). */
+const MODEL_VIEWS = {
+  attachment_downscaled: "downscaled for the model",
+  attachment_as_text: "read as text by the model",
+  attachment_not_sent: "not seen by the model",
+};
+
 class TurnView {
   constructor({ prompt, attachments = [], conversationId }) {
     this.conversationId = conversationId;
@@ -443,7 +450,7 @@ class TurnView {
     this.feedback = null;
 
     const attachmentList = attachments.length
-      ? el("ul", { class: "attachment-chips", "aria-label": "Attachments" }, ...attachments.map((a) => this.attachmentChip(a)))
+      ? el("ul", { class: "attachment-chips", "aria-label": "Attachments" }, ...attachments.map((a) => this.withModelView(this.attachmentChip(a), a)))
       : null;
     this.reasoningText = el("div", { class: "reasoning-text" });
     this.reasoning = el("details", { class: "reasoning", hidden: true }, el("summary", { text: "Reasoning" }), this.reasoningText);
@@ -581,7 +588,8 @@ class TurnView {
         return false;
       case "notice":
         if (data.code === "stream_cancelled") this.dropPartialAnswer();
-        this.notice(data.message || data.code || "notice", data.code);
+        if (MODEL_VIEWS[data.code]) this.attachmentNotice(data);
+        else this.notice(data.message || data.code || "notice", data.code);
         return false;
       case "compaction":
         this.notice(data.message || "Earlier turns were summarized to fit the context.", "compaction");
@@ -770,6 +778,35 @@ class TurnView {
     this.answerText = "";
     this.answerOpen = null;
     this.renderAnswer();
+  }
+
+  /** Name an attachment's chip, and mark it when the model does not get the file as it is (``sent``). */
+  withModelView(item, attachment) {
+    item.dataset.name = attachment.name || "";
+    if (attachment.sent) this.markModelView(item, `attachment_${attachment.sent}`, attachment.sent_note || "");
+    return item;
+  }
+
+  markModelView(item, code, note) {
+    item.dataset.sent = code;
+    item.title = note;
+    item.append(el("span", { class: "model-view muted small", text: MODEL_VIEWS[code] }));
+  }
+
+  /** A file the model gets downscaled, as text, or not at all: said under the user's message, its chip marked. */
+  attachmentNotice({ code, message, name }) {
+    const chips = [...this.root.querySelectorAll(".message.user .attachment-chips > li")];
+    const chip = chips.find((item) => item.dataset.name === name && !item.dataset.sent);
+    if (chip) this.markModelView(chip, code, message);
+    const line = el("p", { class: "notice attachment-notice", title: code, "data-code": code, text: `ℹ ${message}` });
+    if (!chip) {
+      this.activity.append(line); // a follow-up's file: beside the follow-up
+      return;
+    }
+    const user = this.root.querySelector(".message.user");
+    let notes = user.querySelector(".attachment-notices");
+    if (!notes) user.append((notes = el("div", { class: "notices attachment-notices" })));
+    notes.append(line);
   }
 
   notice(message, code) {

@@ -137,7 +137,23 @@ class ModelRef(DescriptorModel):
             "pdf; openai-compatible text and image; any other provider text only)"
         ),
     )
-    image_max_mb: float = Field(5.0, gt=0, description="images larger than this reach the model as a placeholder")
+    image_max_mb: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "the largest image as sent: base64, 4/3 of the file, which is how Anthropic counts its 5 MB (a file of"
+            " up to 3.75 MB); a larger image is downscaled to fit, and one that cannot be reaches the model as a"
+            " placeholder"
+        ),
+    )
+    image_max_side_px: int = Field(
+        8000,
+        gt=0,
+        description=(
+            "the longest side of an image, in pixels (Anthropic refuses images over 8000 px a side); a larger"
+            " image is downscaled to fit"
+        ),
+    )
     pdf_max_mb: float = Field(10.0, gt=0, description="PDFs larger than this reach the model as their text")
     pdf_max_pages: int = Field(500, gt=0, description="PDFs with more pages reach the model as their text")
 

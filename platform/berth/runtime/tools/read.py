@@ -13,7 +13,14 @@ import filetype
 from pydantic import BaseModel, ConfigDict, Field
 
 from berth.bundle.skills import Skill
-from berth.runtime.attachments import IMAGE_TYPES, choose_media, document_of
+from berth.runtime.attachments import (
+    IMAGE_TYPES,
+    MediaChoice,
+    choose_media,
+    document_of,
+    model_copy_name,
+    model_copy_path,
+)
 from berth.runtime.extraction import detect_document
 from berth.runtime.paths import (
     FilePath,
@@ -29,8 +36,8 @@ from berth.runtime.render import render_block
 from berth.runtime.tool_calls import full_result_artifact
 from berth.runtime.toolbox import RuntimeTool, ToolNotice, catalog_entries
 from berth.runtime.turn import TurnState
-from berth.runtime.workspace import WorkspaceError
-from berth.storage.conversations import StorageError
+from berth.runtime.workspace import WorkspaceError, artifact_path
+from berth.storage.conversations import ArtifactWrite, StorageError
 from berth.tools.results import SourceCandidate, ToolOutput
 
 MAX_READ_CHARS = 60_000
@@ -83,12 +90,13 @@ async def _read_one(path: str, state: TurnState, lines: str | None, sources: lis
             text = data.decode("utf-8")
         except UnicodeDecodeError:  # an image or another binary file: never shown as mangled text
             kind = filetype.guess_mime(data) or "binary"
-            if kind in IMAGE_TYPES and choose_media(kind, data, state.model).kind == "image":
+            if kind in IMAGE_TYPES and state.model is not None and state.model.reads("image"):
                 if state.reopened_media:
                     return f"{path}: ({kind}, {len(data)} bytes) an image; read one image per react.read call"
-                state.media_shelf[path] = data
-                state.reopened_media.append((path, kind))
-                return f"{path}: ({kind}, {len(data)} bytes) shown to you again as an image, after this result"
+                media = await asyncio.to_thread(choose_media, kind, data, state.model)
+                if media.kind == "image":
+                    return await _show_image(path, kind, data, media, state)
+                return f"{path}: ({kind}, {len(data)} bytes) an image you cannot see here: {media.reason}"
             return f"{path}: ({kind}, {len(data)} bytes) a binary file; it has no text to show"
         return _slice(text, lines)
     if isinstance(parsed, SourcesPath):
@@ -150,6 +158,28 @@ async def _stored_result(state: TurnState, parsed: ToolCallPath) -> str | None:
     except StorageError:
         return None
     return data.decode("utf-8", errors="replace")
+
+
+async def _show_image(path: str, kind: str, data: bytes, media: MediaChoice, state: TurnState) -> str:
+    """Show an image again after the read's result: the file itself, or (over the model's limits) its downscaled
+    copy, stored with this turn at once so that any process that renders the turn finds it."""
+    fitted = media.fitted
+    if fitted is None:
+        state.media_shelf[path] = data
+        state.reopened_media.append((path, kind))
+        return f"{path}: ({kind}, {len(data)} bytes) shown to you again as an image, after this result"
+    copy_path = model_copy_path(state.turn_id, fitted)
+    state.media_shelf[copy_path] = fitted.data
+    if state.store_files is not None:
+        stored = artifact_path(state.turn_id, "attachments", model_copy_name(fitted))
+        await state.store_files((ArtifactWrite(stored, fitted.data),))
+    else:
+        state.model_copies[copy_path] = fitted.data
+    state.reopened_media.append((copy_path, fitted.mime))
+    return (
+        f"{path}: ({kind}, {len(data)} bytes) shown to you again as an image, after this result, downscaled to "
+        f"{fitted.width}x{fitted.height} ({fitted.mime}, {len(fitted.data)} bytes): {media.reason}"
+    )
 
 
 def _skill_scope(skill: Skill, state: TurnState) -> str:

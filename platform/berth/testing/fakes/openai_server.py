@@ -101,7 +101,7 @@ def _item_problem(item: object) -> str | None:
         found = _data_url(url)
         if found is None:
             return "image_url.url: Invalid image URL: expected a data URL with base64 data, or an http(s) URL"
-        problem = image_problem(found[0], found[1])
+        problem = image_problem(found[0], found[1], max_side=None)  # OpenAI scales large images itself
         return f"image_url: {problem}" if problem else None
     if kind == "file":
         file = item.get("file")
