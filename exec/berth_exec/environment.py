@@ -14,6 +14,18 @@ SOCKET_VARIABLE = "SUPERVISOR_SOCKET_PATH"
 """The environment variable that names the supervisor's socket inside the sandbox."""
 WORKDIR_VARIABLE = "WORKDIR"
 """The environment variable that names the program's working directory."""
+DOCUMENTED_VARIABLES = frozenset({"WORKDIR", "OUTPUT_DIR", "EXECUTION_ID", "BUNDLE_ID", SOCKET_VARIABLE})
+"""The whole contract: no other variable reaches the program."""
+
+
+def keep_documented_only() -> None:
+    """Remove every variable but the documented ones from this process's environment (and so its children's).
+
+    The backends pass only these, but the tools on the way add some: bubblewrap sets ``PWD`` after ``--chdir``,
+    and Python's C-locale coercion (PEP 538) sets ``LC_CTYPE`` when the locale is ``C``.
+    """
+    for name in [name for name in os.environ if name not in DOCUMENTED_VARIABLES]:
+        del os.environ[name]
 
 
 def supervisor_socket_path() -> str | None:

@@ -81,6 +81,7 @@ def main() -> None:
     token, program, limits = read_launch(sys.stdin.readlines())
     sys.stdin.close()
     apply_limits(limits)
+    environment.keep_documented_only()
     if os.getpid() == 1:
         run_under_init()
     socket_path = environment.supervisor_socket_path()

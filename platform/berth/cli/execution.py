@@ -64,6 +64,9 @@ def run_program(
     config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
     settings = config.settings_for(tenant, project)
     execution = _execution(plugins)
+    runs_root = config.settings_for().exec.runs_root  # read from the platform level, as the host does
+    if runs_root is not None:
+        execution.service.root = Path(runs_root)
     chosen = profile or settings.exec.default_profile
     try:
         backend, limits = execution.backend(settings.exec, chosen)
@@ -135,7 +138,9 @@ def _keeper(out_dir: Path) -> Callable[[str, bytes], str]:
 @exec_group.command("doctor")
 @click.option("--descriptors", type=click.Path(file_okay=False, path_type=Path), help="descriptor folder")
 def doctor(descriptors: Path | None) -> None:
-    """Say for every configured exec profile which isolation this machine really gives, and what is missing."""
+    """Say for every configured exec profile which isolation this machine really gives, and what is missing.
+
+    Exits 1 when any check is not met (0 when every one is)."""
     plugins = PlatformPlugins.discover()
     config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
     execution = _execution(plugins)
@@ -155,6 +160,8 @@ def doctor(descriptors: Path | None) -> None:
             missing += 0 if finding.ok else 1
     print_table(rows)
     click.echo(f"{missing} check(s) not met" if missing else "every check is met", err=True)
+    if missing:
+        raise click.exceptions.Exit(1)
 
 
 @exec_group.command("build-image")

@@ -32,7 +32,7 @@ from typing import Final
 
 from berth.config.environment import exec_launch_variables
 from berth.execution.payload import DESCRIPTOR_VARIABLES, PAYLOAD_VARIABLE, LaunchPayload
-from berth.execution.sandbox import EXECUTOR_BOOTSTRAP, executor_environment
+from berth.execution.sandbox import EXECUTOR_BOOTSTRAP, EXECUTOR_FLAGS, executor_environment
 from berth.execution.supervisor_process import SupervisorStartError, supervising
 
 CLONE_NEWNS: Final = 0x00020000
@@ -86,7 +86,7 @@ def run_executor(payload: LaunchPayload, launch: bytes, supervised: bool) -> int
     uid = payload.executor_uid if payload.executor_uid is not None else 65534
     try:
         process = subprocess.Popen(  # noqa: S603 - argv is fixed here; the program is a file
-            [payload.executor_python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP],
+            [payload.executor_python, *EXECUTOR_FLAGS, "-c", EXECUTOR_BOOTSTRAP],
             stdin=subprocess.PIPE,
             env=executor_environment(
                 payload.exec_id, payload.bundle_id, socket_path=payload.socket_path if supervised else None

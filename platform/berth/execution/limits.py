@@ -48,6 +48,7 @@ def limit_from_outcome(
     killed_by: int | None,
     stderr_tail: str,
     out_of_memory: bool = False,
+    process_limit_hit: bool = False,
 ) -> LimitHit | None:
     """Which limit (if any) ended a run, from how it ended and the end of its stderr."""
     if timed_out:
@@ -64,6 +65,6 @@ def limit_from_outcome(
         )
     if "MemoryError" in stderr_tail or "Cannot allocate memory" in stderr_tail or killed_by == signal.SIGKILL:
         return LimitHit("memory_limit", "memory_mb", f"the program ran out of its {limits.memory_mb} MiB of memory")
-    if "Resource temporarily unavailable" in stderr_tail or "BlockingIOError" in stderr_tail:
+    if process_limit_hit or "Resource temporarily unavailable" in stderr_tail or "BlockingIOError" in stderr_tail:
         return LimitHit("process_limit", "processes", f"the program hit its limit of {limits.processes} processes")
     return None

@@ -308,6 +308,7 @@ def build_envelope(
             killed_by=outcome.killed_by,
             stderr_tail=stderr_tail,
             out_of_memory=outcome.out_of_memory,
+            process_limit_hit=outcome.process_limit_hit,
         )
         if hit is not None:
             error = ExecError(hit.code, hit.message, hit.limit)

@@ -31,7 +31,10 @@ PROGRAM_NAME = "main.py"
 EXECUTOR_BOOTSTRAP = (
     f"import sys; sys.path.insert(0, {SANDBOX_PACKAGE_DIR!r}); from berth_exec.runner import main; main()"
 )
-"""What ``python3 -I -B -c`` runs first in every executor: :mod:`berth_exec.runner` from the package folder."""
+"""What ``python3 -I -B -u -c`` runs first in every executor: :mod:`berth_exec.runner` from the package folder."""
+EXECUTOR_FLAGS = ("-I", "-B", "-u")
+"""The interpreter flags of every executor: isolated, no bytecode files, and unbuffered stdout and stderr (``-u``),
+so what a program printed before a kill (timeout, a limit) is in the logs and the envelope, not lost in a buffer."""
 
 
 def executor_environment(
@@ -120,6 +123,9 @@ class SandboxOutcome:
     """Set when the sandbox itself could not start (the program never ran)."""
     out_of_memory: bool = False
     """The kernel killed a process of the run for going over the run's memory limit (cgroup, container)."""
+    process_limit_hit: bool = False
+    """The kernel refused a process of the run a fork for going over the run's process limit (the pids cgroup counts
+    these), even if the program caught the error and ended normally."""
     stopped: str | None = None
     """Set when something outside the run stopped it before the program ended (an ECS task stopped by the
     scheduler, a spot interruption): why."""

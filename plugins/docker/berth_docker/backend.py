@@ -31,6 +31,7 @@ from berth.execution.limits import MIB, ExecLimits
 from berth.execution.payload import launch_environment
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
+    EXECUTOR_FLAGS,
     PROGRAM_NAME,
     SANDBOX_OUTPUT_DIR,
     SANDBOX_PROGRAM_DIR,
@@ -170,7 +171,7 @@ class DockerBackend:
         binds = run_binds(folder)
         if request.with_supervisor:
             binds[str(folder.socket_dir)] = {"bind": SANDBOX_SOCKET_DIR, "mode": "ro"}
-        python = [self.python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP]
+        python = [self.python, *EXECUTOR_FLAGS, "-c", EXECUTOR_BOOTSTRAP]
         return ContainerSpec(
             image=self.image,
             # env -i: the engine adds PATH, HOME and HOSTNAME to every container; the program sees only ours.
@@ -255,14 +256,19 @@ class DockerBackend:
             findings.append(DoctorFinding(f"exec image {self.image}", True, "present"))
         except Exception:  # the SDK raises ImageNotFound or an APIError
             findings.append(DoctorFinding(f"exec image {self.image}", False, "build it with `berth exec build-image`"))
-        findings.append(
-            DoctorFinding(
-                "isolation",
-                True,
-                f"docker-{self.strategy}: --network none, read-only root, no capabilities, limits on the container",
-            )
-        )
+        findings.append(DoctorFinding("isolation", True, self.isolation_summary()))
         return findings
+
+    def isolation_summary(self) -> str:
+        """What the containers of this strategy are granted, as ``berth exec doctor`` says it."""
+        if self.strategy == "combined":
+            return (
+                f"docker-combined: one container on network {self.supervisor_network!r}, read-only root, its "
+                "supervisor as root with CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID (to build the executor's "
+                "namespaces and drop its uid); the executor in its own network namespace (lo down), unprivileged, "
+                "no capabilities; limits on the container"
+            )
+        return f"docker-{self.strategy}: --network none, read-only root, no capabilities, limits on the container"
 
 
 def run_binds(folder: RunFolder) -> dict[str, dict[str, str]]:

@@ -45,6 +45,15 @@ def test_combined_hides_its_mounts_and_runs_only_the_capabilities_it_needs(tmp_p
     assert '"hidden_paths": ["/opt/berth-host"]' in spec.environment["BERTH_EXEC_PAYLOAD"]
 
 
+def test_the_doctor_names_the_capabilities_the_combined_container_is_granted(tmp_path: Path) -> None:
+    backend = DockerBackend(strategy="combined")
+    granted = backend.combined_spec(request(tmp_path, tools=False)).host_config["cap_add"]
+    summary = backend.isolation_summary()
+    assert "no capabilities" not in summary.split("executor")[0]
+    assert all(f"CAP_{capability}" in summary for capability in granted), summary
+    assert "no capabilities" in DockerBackend(strategy="split").isolation_summary()
+
+
 @pytest.mark.parametrize("text", ["", "/a", "/a:", ":/b", "/a:/b:rx", "/a:/b:ro:x"])
 def test_a_malformed_mount_is_refused_with_its_text(text: str) -> None:
     with pytest.raises(ValueError, match="is not source:target"):

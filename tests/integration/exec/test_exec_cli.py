@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,38 @@ def test_doctor_reports_each_profiles_isolation(tmp_path: Path) -> None:
     assert "sandbox  local    isolation" in result.stdout
     assert "bwrap (requested auto)" in result.stdout
     assert "every check is met" in result.stderr
+
+
+def _with_exec_lines(descriptors: Path, after: str, *lines: str) -> Path:
+    """``descriptors`` with ``lines`` added to ``assembly.yaml`` right after the line ``after`` (a text edit: a YAML
+    round trip would turn ``off`` into ``false``)."""
+    assembly = descriptors / "assembly.yaml"
+    text = assembly.read_text()
+    assert after + "\n" in text
+    assembly.write_text(text.replace(after + "\n", after + "\n" + "".join(line + "\n" for line in lines), 1))
+    return descriptors
+
+
+def test_doctor_exits_1_when_a_check_is_not_met(tmp_path: Path, example_descriptors: Path) -> None:
+    descriptors = _with_exec_lines(
+        example_descriptors, "    profiles:", "      nopython: {backend: local, python: /nonexistent/python3}"
+    )
+    result = berth("exec", "doctor", "--descriptors", str(descriptors), cwd=tmp_path)
+    assert "nopython  local    python in the sandbox" in result.stdout, result.stdout
+    assert "check(s) not met" in result.stderr
+    assert result.returncode == 1
+
+
+@pytest.mark.sandbox
+def test_run_keeps_its_run_folders_under_runs_root(tmp_path: Path, example_descriptors: Path) -> None:
+    # not under tmp_path: the executor's uid must traverse the folders above it (pytest's are 0700)
+    runs_root = Path("/tmp") / f"berth-runs-root-{uuid.uuid4().hex[:8]}"
+    descriptors = _with_exec_lines(example_descriptors, "  exec:", f"    runs_root: {runs_root}")
+    program = tmp_path / "p.py"
+    program.write_text("print('hi')\n")
+    result = berth("exec", "run", str(program), "--descriptors", str(descriptors), cwd=tmp_path)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert runs_root.is_dir()  # the service made it for the run (and removed the run's own folder after)
+    finally:
+        shutil.rmtree(runs_root, ignore_errors=True)

@@ -169,7 +169,7 @@ async def test_no_secrets_in_the_environment_proc_or_files(
         """,
     )
     seen = printed(result)
-    assert set(seen["environ"]) <= {"WORKDIR", "OUTPUT_DIR", "EXECUTION_ID", "BUNDLE_ID", "PWD", "LC_CTYPE"}
+    assert set(seen["environ"]) == {"WORKDIR", "OUTPUT_DIR", "EXECUTION_ID", "BUNDLE_ID"}  # exactly, nothing else
     everything = json.dumps(seen)
     for secret in ("sk-ant-secret-value-0001", "secret-value-0002", "secret-value-0003"):
         assert secret not in everything
@@ -224,6 +224,75 @@ async def test_limits_stop_the_attack_and_say_which(
     assert envelope.error is not None
     assert envelope.error.code == limit, (attack, envelope.report_text)
     assert envelope.duration_s < LIMITS.timeout_s + 2
+
+
+async def test_a_child_process_sees_only_the_documented_variables(service: ExecService, backend: ExecBackend) -> None:
+    result = await run(
+        service,
+        backend,
+        """
+        import subprocess
+        print(subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout, end="")
+        """,
+    )
+    assert result.envelope.ok, result.envelope.report_text
+    names = sorted(line.split("=", 1)[0] for line in result.envelope.user_out_tail.splitlines())
+    assert names == ["BUNDLE_ID", "EXECUTION_ID", "OUTPUT_DIR", "WORKDIR"]
+
+
+async def test_what_a_program_printed_before_its_timeout_is_in_the_envelope(
+    service: ExecService, backend: ExecBackend
+) -> None:
+    result = await run(
+        service,
+        backend,
+        """
+        import sys, time
+        print("step 1 done")
+        sys.stdout.write("step 2 half")
+        time.sleep(60)
+        """,
+    )
+    envelope = result.envelope
+    assert envelope.error is not None
+    assert envelope.error.code == "timeout", envelope.report_text
+    assert envelope.user_out_tail == "step 1 done\nstep 2 half"
+
+
+async def test_a_fork_bomb_that_catches_the_refusal_still_reports_the_process_limit(
+    service: ExecService, backend: ExecBackend
+) -> None:
+    if not isinstance(backend, LocalBackend) or not backend.use_cgroups:
+        pytest.skip("only the local backend's pids cgroup counts refused forks (docs/exec.md)")
+    result = await run(
+        service,
+        backend,
+        """
+        import os
+        read_end, write_end = os.pipe()
+        children = []
+        try:
+            while True:
+                pid = os.fork()
+                if pid == 0:
+                    os.close(write_end)
+                    os.read(read_end, 1)  # hold the slot until the parent closes the pipe
+                    os._exit(0)
+                children.append(pid)
+        except OSError:
+            pass
+        os.close(write_end)
+        for pid in children:
+            os.waitpid(pid, 0)
+        print(len(children), "children, then the refusal was caught")
+        """,
+    )
+    envelope = result.envelope
+    assert envelope.exit_code == 0
+    assert "children, then the refusal was caught" in envelope.user_out_tail
+    assert not envelope.ok
+    assert envelope.error is not None
+    assert (envelope.error.code, envelope.error.limit) == ("process_limit", "processes"), envelope.report_text
 
 
 async def test_tool_calls_reach_the_dispatch_and_others_are_refused(service: ExecService, backend: ExecBackend) -> None:

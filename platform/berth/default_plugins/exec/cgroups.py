@@ -41,6 +41,7 @@ class RunCgroup:
 
     folders: tuple[Path, ...]
     oom_kills_before: int = 0
+    refused_forks_before: int = 0
 
     @classmethod
     def prepare(cls, limits: ExecLimits, uid: int) -> RunCgroup | None:
@@ -64,7 +65,7 @@ class RunCgroup:
         except OSError:
             RunCgroup(folders).remove()
             return None
-        return cls(folders, _oom_kills(folders[0]))
+        return cls(folders, _oom_kills(folders[0]), _refused_forks(folders[1]))
 
     def wrap(self, argv: list[str]) -> tuple[list[str], dict[str, str]]:
         """``argv`` started by a shell that first moves itself into the run's cgroups, and the variable it reads."""
@@ -77,6 +78,11 @@ class RunCgroup:
     def out_of_memory(self) -> bool:
         """Whether the kernel killed a process of the run for going over its memory limit (since :meth:`prepare`)."""
         return _oom_kills(self.folders[0]) > self.oom_kills_before
+
+    def process_limit_hit(self) -> bool:
+        """Whether the kernel refused a fork or clone of the run for going over ``pids.max`` (since :meth:`prepare`),
+        even when the program caught the error and went on."""
+        return _refused_forks(self.folders[1]) > self.refused_forks_before
 
     def remove(self) -> None:
         """Remove the cgroups (when they could not be set up; their processes must be gone)."""
@@ -92,4 +98,14 @@ def _oom_kills(memory: Path) -> int:
     except OSError:
         return 0
     counts = [int(line.split()[1]) for line in control.splitlines() if line.startswith("oom_kill ")]
+    return counts[0] if counts else 0
+
+
+def _refused_forks(pids: Path) -> int:
+    """How many forks the kernel has refused in a pids cgroup for going over its ``pids.max`` (``pids.events``)."""
+    try:
+        events = (pids / "pids.events").read_text()
+    except OSError:
+        return 0
+    counts = [int(line.split()[1]) for line in events.splitlines() if line.startswith("max ")]
     return counts[0] if counts else 0

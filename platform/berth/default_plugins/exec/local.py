@@ -42,6 +42,7 @@ from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable
 from berth.execution.limits import MIB
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
+    EXECUTOR_FLAGS,
     PROGRAM_NAME,
     SANDBOX_OUTPUT_DIR,
     SANDBOX_PACKAGE_DIR,
@@ -63,6 +64,8 @@ BACKEND_NAME: Final = "local"
 Isolation = Literal["auto", "bwrap", "unshare", "none"]
 USR_LINKS: Final = ("bin", "sbin", "lib", "lib64")
 """Top-level folders that are links into ``/usr`` on a merged-usr system."""
+NPROC_ABOVE_PIDS_MAX: Final = 8
+"""How far RLIMIT_NPROC is set above the pids cgroup's ``pids.max`` when the run has one (see :meth:`_spawn`)."""
 
 
 def package_folder() -> Path:
@@ -110,22 +113,30 @@ class LocalBackend:
         if cgroup is not None:
             argv, joining = cgroup.wrap(argv)
             env = {**env, **joining}
-        out_of_memory = False
+        out_of_memory = process_limit_hit = False
         try:
-            outcome = await self._spawn(request, argv, env, isolation)
+            outcome = await self._spawn(request, argv, env, isolation, cgroup is not None)
         finally:
             if cgroup is not None:
                 out_of_memory = cgroup.out_of_memory()
+                process_limit_hit = cgroup.process_limit_hit()
         if out_of_memory and not outcome.timed_out:
             outcome = dataclasses.replace(outcome, out_of_memory=True)
+        if process_limit_hit:
+            outcome = dataclasses.replace(outcome, process_limit_hit=True)
         return outcome
 
     async def _spawn(
-        self, request: SandboxRequest, argv: list[str], env: dict[str, str], isolation: str
+        self, request: SandboxRequest, argv: list[str], env: dict[str, str], isolation: str, in_cgroup: bool
     ) -> SandboxOutcome:
         folder = request.folder
         program = f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}" if isolation == "bwrap" else str(folder.program)
-        launch = launch_lines(request.token, program, request.limits.launch_limits()).encode()
+        launch_limits = request.limits.launch_limits()
+        if in_cgroup:
+            # pids.max binds first and counts every refused fork (pids.events), so a hit the program caught is
+            # still reported; RLIMIT_NPROC stays a little above it as the backstop.
+            launch_limits["processes"] += NPROC_ABOVE_PIDS_MAX
+        launch = launch_lines(request.token, program, launch_limits).encode()
         started = time.monotonic()
         try:
             process = await asyncio.to_thread(_start, argv, env, request, launch)
@@ -152,7 +163,7 @@ class LocalBackend:
         folder = request.folder
         sandbox_socket = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}" if request.with_supervisor else None
         visible = executor_environment(request.exec_id, request.bundle_id, socket_path=sandbox_socket)
-        python = [self.python, "-I", "-B", "-c", EXECUTOR_BOOTSTRAP]
+        python = [self.python, *EXECUTOR_FLAGS, "-c", EXECUTOR_BOOTSTRAP]
         if isolation == "bwrap":
             argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
             argv += [*system_root_arguments(), "--proc", "/proc", "--dev", "/dev"]
@@ -176,7 +187,7 @@ class LocalBackend:
             output_dir=str(folder.out),
         )
         bootstrap = EXECUTOR_BOOTSTRAP.replace(repr(SANDBOX_PACKAGE_DIR), repr(str(package_folder().parent)))
-        python = [self.python, "-I", "-B", "-c", bootstrap]
+        python = [self.python, *EXECUTOR_FLAGS, "-c", bootstrap]
         if isolation == "unshare":
             unshare = ["unshare", "--user", "--net", "--pid", "--ipc", "--uts", "--mount", "--fork", "--mount-proc"]
             return [*unshare, "--kill-child", "--", *python], visible
