@@ -40,6 +40,7 @@ class ExecSweep:
     """The platform's ``exec`` settings (the profiles whose backends are asked), read at every round."""
     rounds: int = 0
     _failing: dict[str, str] = field(default_factory=dict, repr=False)
+    _round_ended: asyncio.Condition | None = field(default=None, repr=False)
     _stopping: asyncio.Event | None = field(default=None, repr=False)
 
     async def sweep_once(self) -> SweepRound:
@@ -66,7 +67,16 @@ class ExecSweep:
             else:
                 self._failing.pop(name, None)
         self.rounds += 1
+        self._round_ended = self._round_ended or asyncio.Condition()
+        async with self._round_ended:
+            self._round_ended.notify_all()
         return SweepRound(len(folders), leftovers)
+
+    async def wait_for_rounds(self, rounds: int) -> None:
+        """Return once ``rounds`` rounds have ended (for tests and operators watching the sweep)."""
+        self._round_ended = self._round_ended or asyncio.Condition()
+        async with self._round_ended:
+            await self._round_ended.wait_for(lambda: self.rounds >= rounds)
 
     async def run(self) -> None:
         """Sweep now, then every ``exec.sweep_interval_s`` until :meth:`stop` (a supervised background task)."""

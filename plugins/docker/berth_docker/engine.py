@@ -205,7 +205,7 @@ def reap_expired(client: docker.DockerClient, now: float) -> int:
 
     try:
         found = client.api.containers(all=True, filters={"label": CONTAINER_LABEL})
-    except (APIError, DockerException) as error:
+    except Exception as error:  # APIError, DockerException, or the transport's own (engine down)
         raise EngineError(f"cannot list the exec containers: {_explain(error)}") from None
     removed = 0
     for container in found:
