@@ -70,6 +70,7 @@ class ExecService:
     uids: UidLease = field(default_factory=UidLease)
     """Executor uids, leased machine-wide (:mod:`berth.execution.uids`)."""
     keep_folders: bool = False
+    """Leave each run's folder after its run (for debugging); once the run ended, the exec sweep may remove it."""
     _swept: bool = field(default=False, init=False, repr=False)
 
     async def run(

@@ -70,7 +70,7 @@ def descriptors(tmp_path: Path, runs_root: Path) -> Path:
     folder = tmp_path / "descriptors"
     folder.mkdir()
     (folder / "assembly.yaml").write_text(
-        f"platform:\n  exec:\n    uid_lock_dir: {tmp_path / 'uids'}\n    runs_root: {runs_root}\n"
+        f"platform:\n  exec:\n    runs_root: {runs_root}\n"  # the machine's uid lock folder, as other tests
     )
     return folder
 
