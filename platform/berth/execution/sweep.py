@@ -53,6 +53,9 @@ class ExecSweep:
             try:
                 backend, _ = self.execution.backend(config, name)
             except ExecProfileError:
+                continue  # its backend is not installed: nothing of it to sweep
+            except Exception as error:  # a profile whose backend cannot be built here is the runs' error, not ours
+                log.debug("exec sweep: profile '%s' skipped: %s", name, error)
                 continue
             if id(backend) in seen or not isinstance(backend, Reaping):
                 continue
