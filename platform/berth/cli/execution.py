@@ -64,9 +64,7 @@ def run_program(
     config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
     settings = config.settings_for(tenant, project)
     execution = _execution(plugins)
-    runs_root = config.settings_for().exec.runs_root  # read from the platform level, as the host does
-    if runs_root is not None:
-        execution.service.root = Path(runs_root)
+    execution.configure(config.settings_for().exec)  # the platform's runs root and uid lock folder
     chosen = profile or settings.exec.default_profile
     try:
         backend, limits = execution.backend(settings.exec, chosen)

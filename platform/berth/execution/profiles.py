@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from berth.config.models.assembly import ExecConfig
@@ -13,6 +14,7 @@ from berth.execution.limits import ExecLimits
 from berth.execution.payload import SupervisorScope, supervisor_scope_of
 from berth.execution.runs import ExecService
 from berth.execution.sandbox import ExecBackend, runs_own_supervisor
+from berth.execution.uids import UidLease
 
 if TYPE_CHECKING:
     from berth.config import Configuration
@@ -43,6 +45,12 @@ class Execution:
     configuration: Callable[[], Configuration | None] = field(default=lambda: None, repr=False)
     """The descriptors in force, for backends that run the supervisor themselves (docker combined, fargate)."""
     _built: dict[str, ExecBackend] = field(default_factory=dict, repr=False)
+
+    def configure(self, config: ExecConfig) -> None:
+        """Apply the platform's ``exec`` settings read at start: the runs root and the uids' lock folder."""
+        if config.runs_root is not None:
+            self.service.root = Path(config.runs_root)
+        self.service.uids = UidLease(Path(config.uid_lock_dir))
 
     def options_for(self, bundle_id: str, author_options: Mapping[str, Any]) -> dict[str, Any]:
         """The bundle's exec options: ``bundles.yaml``'s ``exec`` (the operator's) over its ``ToolPack`` options."""

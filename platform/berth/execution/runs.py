@@ -13,7 +13,6 @@ import asyncio
 import mimetypes
 import os
 import secrets
-import shutil
 import stat
 import tempfile
 import uuid
@@ -26,6 +25,7 @@ from typing import Any, BinaryIO, Final
 from berth.execution.envelope import ExecArtifact, ExecEnvelope, ExecError
 from berth.execution.limits import ExecLimits, limit_from_outcome
 from berth.execution.payload import LaunchPayload, SupervisorScope, filter_descriptors, payload_environment
+from berth.execution.reaping import claim_run_folder, reap_stale_run_folders, remove_run_folder
 from berth.execution.sandbox import (
     SANDBOX_SOCKET_DIR,
     SOCKET_NAME,
@@ -37,6 +37,7 @@ from berth.execution.sandbox import (
     runs_own_supervisor,
 )
 from berth.execution.supervisor import Supervisor, ToolDispatch
+from berth.execution.uids import UidLease
 
 MAX_OUTPUT_FILES: Final = 200
 MAX_OUTPUT_BYTES: Final = 256 * 1024 * 1024
@@ -61,33 +62,16 @@ class ExecRun:
     tool_calls: int
 
 
-class UidPool:
-    """Unprivileged uids for concurrent runs: one each, because RLIMIT_NPROC counts all processes of a uid."""
-
-    def __init__(self, first: int = 61000, size: int = 64) -> None:
-        self._free = list(range(first, first + size))
-        self._lock = asyncio.Lock()
-        self._available = asyncio.Semaphore(size)
-
-    async def acquire(self) -> int:
-        """A uid no other run holds (waits when all are in use)."""
-        await self._available.acquire()
-        async with self._lock:
-            return self._free.pop(0)
-
-    def release(self, uid: int) -> None:
-        """Give ``uid`` back."""
-        self._free.append(uid)
-        self._available.release()
-
-
 @dataclass
 class ExecService:
     """Runs programs with a backend, serving them a bundle's tools through a supervisor."""
 
     root: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "berth-exec")
-    uids: UidPool = field(default_factory=UidPool)
+    uids: UidLease = field(default_factory=UidLease)
+    """Executor uids, leased machine-wide (:mod:`berth.execution.uids`)."""
     keep_folders: bool = False
+    """Leave each run's folder after its run (for debugging); once the run ended, the exec sweep may remove it."""
+    _swept: bool = field(default=False, init=False, repr=False)
 
     async def run(
         self,
@@ -112,11 +96,19 @@ class ExecService:
         descriptors of ``supervisor_scope`` (filtered per its ``scope``); ``dispatch`` is then not used, and
         without a ``supervisor_scope`` the program gets no tools."""
         exec_id = exec_id or f"ex_{uuid.uuid4().hex[:12]}"
+        if not self._swept:  # the first run of a process removes what dead hosts left (the sweep does it later)
+            self._swept = True
+            await asyncio.to_thread(reap_stale_run_folders, self.root)
         privileged = os.geteuid() == 0
         uid = await self.uids.acquire() if privileged else os.getuid()
-        folder = await asyncio.to_thread(
-            self._prepare, exec_id, code, list(inputs), uid if privileged else None, list(read_only_inputs)
-        )
+        try:
+            folder, owner = await asyncio.to_thread(
+                self._prepare, exec_id, code, list(inputs), uid if privileged else None, list(read_only_inputs)
+            )
+        except BaseException:
+            if privileged:
+                self.uids.release(uid)
+            raise
         token = secrets.token_urlsafe(32)
         supervisor = None
         remote = runs_own_supervisor(backend)
@@ -142,6 +134,7 @@ class ExecService:
                 self.uids.release(uid)
             if not self.keep_folders:
                 await asyncio.to_thread(remove_run_folder, folder.root)
+            os.close(owner)  # the folder's owner lock: a kept folder is the sweep's once this is released
         keep = store or (lambda relative, _data: f"out/{relative}")
         artifacts = tuple(ExecArtifact(keep(f.relative, f.data), f.mime, len(f.data)) for f in outputs)
         program_path = keep(f"{PROGRAMS_FOLDER}/{exec_id}/main.py", code.encode("utf-8"))
@@ -157,11 +150,29 @@ class ExecService:
         inputs: Iterable[tuple[str, bytes]],
         uid: int | None,
         read_only_inputs: Iterable[tuple[str, bytes]] = (),
-    ) -> RunFolder:
+    ) -> tuple[RunFolder, int]:
+        """Make the run's folder, locked by this process (:func:`~berth.execution.reaping.claim_run_folder`):
+        the folder and the lock's descriptor."""
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # noqa: S103 - executors must traverse it; names inside are random
         folder = RunFolder(self.root / exec_id)
         folder.root.mkdir(mode=0o711)
+        owner = claim_run_folder(folder.root)
+        try:
+            self._fill(folder, code, inputs, uid, read_only_inputs)
+        except BaseException:
+            os.close(owner)
+            raise
+        return folder, owner
+
+    def _fill(
+        self,
+        folder: RunFolder,
+        code: str,
+        inputs: Iterable[tuple[str, bytes]],
+        uid: int | None,
+        read_only_inputs: Iterable[tuple[str, bytes]],
+    ) -> None:
         for path in (folder.work, folder.out, folder.program.parent, folder.socket_dir, folder.logs):
             path.mkdir(mode=0o755)
         os.chmod(folder.logs, 0o700)
@@ -187,21 +198,6 @@ class ExecService:
                 os.chmod(path, 0o700)
         for path in read_only_folders:  # nothing added, removed or renamed in them
             os.chmod(path, 0o500)
-        return folder
-
-
-def remove_run_folder(root: Path) -> None:
-    """Delete a run's folder, read-only folders (a turn's attachments) included, whoever runs the host: an entry
-    that cannot be removed has its folder made writable, then is removed (nothing is walked twice)."""
-
-    def writable_and_again(function: Callable[[str], object], path: str, _error: object) -> None:
-        try:
-            os.chmod(os.path.dirname(path), 0o700)
-            function(path)
-        except OSError:
-            pass  # left behind, as rmtree(ignore_errors=True) would
-
-    shutil.rmtree(root, onerror=writable_and_again)
 
 
 def remote_supervisor_environment(

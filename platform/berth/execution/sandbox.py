@@ -178,6 +178,16 @@ class ImageBuilding(Protocol):
         ...
 
 
+@runtime_checkable
+class Reaping(Protocol):
+    """A backend that can find and remove what a host that died mid-run left running (the exec sweep calls it)."""
+
+    def reap_stale(self) -> int:
+        """Remove this backend's leftovers of runs whose host is gone (containers past their wall time, empty
+        cgroups); return how many were removed. Runs of live hosts are never touched."""
+        ...
+
+
 def executor_options(backend: object) -> dict[str, Any]:
     """How a backend that runs the supervisor itself wants the executor started (the :class:`LaunchPayload`
     fields ``executor_python``, ``hidden_paths`` and ``executor_namespaces``), from its ``python``,

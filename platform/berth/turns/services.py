@@ -18,6 +18,7 @@ from berth.config.models.gateway import GatewayDescriptor
 from berth.default_plugins.storage.embedded import EmbeddedStorageBackend
 from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
 from berth.execution.profiles import Execution
+from berth.execution.sweep import ExecSweep
 from berth.gateway.counters import MemoryCounters
 from berth.gateway.redis_counters import RedisCounters
 from berth.host.connections import DistributedConnections, distributed_backend
@@ -138,6 +139,9 @@ class HostServices:
         self.retention: RetentionSweep | None = None
         """Deletes the conversations past their retention (after :meth:`start`, unless told not to sweep)."""
         self._retention_task: SupervisedTask | None = None
+        self.exec_sweep: ExecSweep | None = None
+        """Removes what hosts that died mid-run left (:mod:`berth.execution.sweep`; after :meth:`start`)."""
+        self._exec_sweep_task: SupervisedTask | None = None
         self.started = False
         self.widget_tickets = WidgetTickets(lambda: self.config)
         """Signs and checks the tickets in widget URLs (an iframe cannot send the API key)."""
@@ -179,8 +183,7 @@ class HostServices:
         # changed descriptors may change a scope's models: build its runner again on next use
         self.registry.add_listener(lambda o: self._runners.clear() if o.reason == "descriptors" else None)
         settings = self.config.settings_for()
-        if settings.exec.runs_root is not None:
-            self.execution.service.root = Path(settings.exec.runs_root)
+        self.execution.configure(settings.exec)
         storage = settings.storage
         if storage.kind == "distributed":
             await self._open_distributed()
@@ -220,6 +223,9 @@ class HostServices:
         self._check_embedders()
         if sweep_retention:
             self._start_retention_sweep()
+        # what hosts that died mid-run left (run folders, containers past their wall time): now, then periodically
+        self.exec_sweep = ExecSweep(self.execution, lambda: self.config.settings_for().exec)
+        self._exec_sweep_task = self.runtime.background.spawn("exec sweep", self.exec_sweep.run)
         self.started = True
 
     def _start_retention_sweep(self) -> None:
@@ -252,6 +258,10 @@ class HostServices:
             self.retention.stop()
             await self._retention_task.stop()
             self._retention_task = None
+        if self.exec_sweep is not None and self._exec_sweep_task is not None:
+            self.exec_sweep.stop()
+            await self._exec_sweep_task.stop()
+            self._exec_sweep_task = None
         if self.titler is not None:
             await self.titler.aclose()
         tasks = [t.task for t in self.turns.values() if t.task is not None and not t.task.done()]

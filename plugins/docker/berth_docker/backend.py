@@ -14,7 +14,9 @@ on the run's socket; the executor is a container with
 * an environment of ``WORKDIR``, ``OUTPUT_DIR``, ``EXECUTION_ID``, ``BUNDLE_ID`` and the socket path only.
 
 The wall-time limit is the host's: at the deadline the container is killed, and every process of the run with
-it. Output over the file-size limit stops the run too (the host reads the output as it comes).
+it. Should the host die first, the container's ``berth.deadline`` label (wall time plus :data:`DEADLINE_GRACE_S`)
+lets any host's exec sweep remove it (:meth:`DockerBackend.reap_stale`). Output over the file-size limit stops
+the run too (the host reads the output as it comes).
 """
 
 from __future__ import annotations
@@ -47,13 +49,25 @@ from berth.execution.sandbox import (
     signal_of_status,
 )
 from berth.hooks import hookimpl
-from berth_docker.engine import CONTAINER_LABEL, ContainerEnd, ContainerSpec, EngineError, RunContainer, client_for
+from berth_docker.engine import (
+    CONTAINER_LABEL,
+    DEADLINE_LABEL,
+    ContainerEnd,
+    ContainerSpec,
+    EngineError,
+    RunContainer,
+    client_for,
+    reap_expired,
+)
 from berth_docker.image import build_exec_image, default_context
 from berth_exec.runner import launch_lines
 
 BACKEND_NAME: Final = "docker"
 Strategy = Literal["split", "combined"]
 NANO: Final = 1_000_000_000
+DEADLINE_GRACE_S: Final = 120.0
+"""How long past its wall time a run's container may live before any host's exec sweep removes it (the host that
+started it kills it at the wall time and removes it when it has read its end)."""
 DEFAULT_SUPERVISOR_PYTHON: Final = "/opt/berth-host/venv/bin/python"
 """Where the combined strategy expects a Python with Berth and the bundles installed (mounted, or in the image)."""
 
@@ -162,6 +176,10 @@ class DockerBackend:
                 await asyncio.shield(asyncio.to_thread(container.remove))
         return outcome_of(end, timed_out, time.monotonic() - started, isolation)
 
+    def reap_stale(self) -> int:
+        """Remove the run containers past their deadline: the host that started them died mid-run."""
+        return reap_expired(self.client, time.time())
+
     def container_spec(self, request: SandboxRequest) -> ContainerSpec:
         """The executor container of the ``split`` strategy for ``request``."""
         folder = request.folder
@@ -180,7 +198,7 @@ class DockerBackend:
             environment={},
             working_dir=SANDBOX_WORKDIR,
             binds=binds,
-            labels={CONTAINER_LABEL: request.exec_id, "berth.bundle_id": request.bundle_id},
+            labels=run_labels(request),
             host_config={
                 "network_mode": "none",
                 "read_only": True,
@@ -218,7 +236,7 @@ class DockerBackend:
             environment=environment,
             working_dir="/",
             binds=binds,
-            labels={CONTAINER_LABEL: request.exec_id, "berth.bundle_id": request.bundle_id},
+            labels=run_labels(request),
             host_config={
                 "network_mode": self.supervisor_network,
                 "read_only": True,
@@ -269,6 +287,12 @@ class DockerBackend:
                 "no capabilities; limits on the container"
             )
         return f"docker-{self.strategy}: --network none, read-only root, no capabilities, limits on the container"
+
+
+def run_labels(request: SandboxRequest, now: float | None = None) -> dict[str, str]:
+    """A run container's labels: its exec id, bundle, and the deadline past which any host's sweep removes it."""
+    deadline = (time.time() if now is None else now) + request.limits.timeout_s + DEADLINE_GRACE_S
+    return {CONTAINER_LABEL: request.exec_id, "berth.bundle_id": request.bundle_id, DEADLINE_LABEL: f"{deadline:.0f}"}
 
 
 def run_binds(folder: RunFolder) -> dict[str, dict[str, str]]:

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 CONTAINER_LABEL = "berth.exec_id"
 """Every container the backend starts carries the run's exec id under this label (``docker ps --filter``)."""
+DEADLINE_LABEL = "berth.deadline"
+"""When the run's container must be gone (Unix time, seconds): its wall time plus a grace. A live host kills and
+removes it before; past it the host that started it is dead, and any host's exec sweep removes it."""
 
 
 class EngineError(Exception):
@@ -193,3 +196,26 @@ class RunContainer:
 def _explain(error: Exception) -> str:
     explanation = getattr(error, "explanation", None)
     return str(explanation or error)
+
+
+def reap_expired(client: docker.DockerClient, now: float) -> int:
+    """Remove (forced: killed first) every ``berth.exec_id`` container whose ``berth.deadline`` is before ``now``;
+    return how many. A container without a readable deadline is left alone."""
+    from docker.errors import APIError, DockerException, NotFound
+
+    try:
+        found = client.api.containers(all=True, filters={"label": CONTAINER_LABEL})
+    except Exception as error:  # APIError, DockerException, or the transport's own (engine down)
+        raise EngineError(f"cannot list the exec containers: {_explain(error)}") from None
+    removed = 0
+    for container in found:
+        try:
+            deadline = float((container.get("Labels") or {})[DEADLINE_LABEL])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if deadline >= now:
+            continue
+        with contextlib.suppress(NotFound, APIError, DockerException):
+            client.api.remove_container(container["Id"], force=True)
+            removed += 1
+    return removed

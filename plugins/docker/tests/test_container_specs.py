@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
-from berth_docker.backend import DockerBackend, outcome_of, parse_mount
-from berth_docker.engine import ContainerEnd
+from berth_docker.backend import DEADLINE_GRACE_S, DockerBackend, outcome_of, parse_mount, run_labels
+from berth_docker.engine import CONTAINER_LABEL, DEADLINE_LABEL, ContainerEnd, EngineError
 
+from berth.config.models.assembly import DockerExecProfile, ExecConfig
 from berth.execution.limits import ExecLimits
+from berth.execution.profiles import Execution
+from berth.execution.runs import ExecService
 from berth.execution.sandbox import RunFolder, SandboxRequest
+from berth.execution.sweep import ExecSweep
 
 
 def request(tmp_path: Path, *, tools: bool) -> SandboxRequest:
@@ -66,3 +71,36 @@ def test_engine_kills_and_oom_read_as_the_limits_that_caused_them() -> None:
     assert outcome_of(ContainerEnd(137, False, True), False, 1.0, "d").killed_by == 25  # output flood: SIGXFSZ
     timed_out = outcome_of(ContainerEnd(137, True, False), True, 1.0, "d")
     assert timed_out.timed_out and not timed_out.out_of_memory
+
+
+def test_every_run_container_carries_the_deadline_past_which_a_sweep_removes_it(tmp_path: Path) -> None:
+    run = request(tmp_path, tools=False)
+    labels = run_labels(run, now=1_000_000.0)
+    assert labels[CONTAINER_LABEL] == "ex_1"
+    assert float(labels[DEADLINE_LABEL]) == 1_000_000 + run.limits.timeout_s + DEADLINE_GRACE_S
+    for spec in (DockerBackend().container_spec(run), DockerBackend(strategy="combined").combined_spec(run)):
+        assert DEADLINE_LABEL in spec.labels
+
+
+def test_sweeping_with_the_engine_down_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match=r"no-engine\.sock"):
+        DockerBackend(docker_host=f"unix://{tmp_path}/no-engine.sock").reap_stale()
+
+
+async def test_an_exec_sweep_goes_on_past_an_engine_it_cannot_reach(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    execution = Execution({"docker": DockerBackend.from_profile}, service=ExecService(root=tmp_path / "runs"))
+    unreachable = DockerExecProfile(backend="docker", docker_host=f"unix://{tmp_path}/no-engine.sock")
+    config = ExecConfig(default_profile="docker", profiles={"docker": unreachable})
+    sweep = ExecSweep(execution, lambda: config)
+
+    with caplog.at_level(logging.WARNING, logger="berth.execution.sweep"):
+        first = await sweep.sweep_once()
+        second = await sweep.sweep_once()
+
+    assert first.leftovers == second.leftovers == {}
+    assert sweep.rounds == 2
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1, warnings  # once per reason, not every round
+    assert "profile 'docker'" in warnings[0] and "no-engine.sock" in warnings[0]

@@ -8,17 +8,19 @@ The isolation itself (network, secrets, writes, limits, supervisor checks) is pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from berth_docker.backend import DockerBackend
-from berth_docker.engine import CONTAINER_LABEL, client_for
+from berth_docker.engine import CONTAINER_LABEL, DEADLINE_LABEL, client_for, reap_expired
 from berth_docker.image import build_exec_image, default_context
 
 from berth.execution.limits import ExecLimits
@@ -196,3 +198,48 @@ def test_combined_serves_the_bundles_tool_from_its_own_descriptors(tmp_path: Pat
     assert hidden[str(REPO)] in ([], "FileNotFoundError")  # covered (or gone with /tmp, for a checkout in /tmp)
     assert "docs-only-7777" not in result.stdout + result.stderr
     assert leftover_containers() == []
+
+
+@pytest.mark.docker
+@pytest.mark.sandbox
+def test_a_killed_hosts_container_is_removed_by_the_sweep_past_its_deadline(tmp_path: Path, latest_image: str) -> None:
+    """SIGKILL of the host leaves its run's container running past its wall time; any host's exec sweep removes
+    it once past the deadline on its label (and not before: a live host may still be running it)."""
+    program = tmp_path / "waits.py"
+    program.write_text("import time\ntime.sleep(600)\n")
+    client = client_for(None)
+    events = client.events(filters={"label": CONTAINER_LABEL, "event": "start"}, decode=True)
+    executable = Path(sys.executable).parent / "berth"
+    host = subprocess.Popen(  # the docker profile of the example descriptors: a 120 s wall time
+        [
+            str(executable),
+            "exec",
+            "run",
+            str(program),
+            "--descriptors",
+            str(REPO / "descriptors"),
+            "--profile",
+            "docker",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        started = next(iter(events))
+    finally:
+        host.kill()
+        host.wait()
+        events.close()
+    container = client.containers.get(started["id"])
+    try:
+        container.reload()
+        assert container.status == "running"  # the host is gone; its run goes on
+        deadline = float(container.labels[DEADLINE_LABEL])
+        assert deadline > time.time()
+        assert reap_expired(client, deadline - 1) == 0
+        assert reap_expired(client, deadline + 1) == 1
+        assert leftover_containers() == []
+    finally:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)

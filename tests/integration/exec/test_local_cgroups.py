@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.default_plugins.exec.cgroups import PARENT, ROOT, cgroups_writable
+from berth.default_plugins.exec.cgroups import PARENT, ROOT, RunCgroup, cgroups_writable
 from berth.default_plugins.exec.local import LocalBackend
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecService
@@ -42,7 +42,7 @@ async def test_processes_over_the_memory_limit_together_are_stopped(service: Exe
     assert not run.envelope.ok
     assert run.envelope.error is not None
     assert (run.envelope.error.code, run.envelope.error.limit) == ("memory_limit", "memory_mb")
-    assert (ROOT / "memory" / PARENT / "uid-61000").is_dir()  # kept for the uid's next run
+    assert not (ROOT / "memory" / PARENT / run.envelope.exec_id).exists()  # the run's own, removed after it
     again = await service.run("print('ok')", backend=LocalBackend(), limits=LIMITS, bundle_id="probe")
     assert again.envelope.ok, again.envelope.report_text  # an earlier run's out-of-memory is not this one's
 
@@ -53,3 +53,20 @@ async def test_without_cgroups_rlimits_alone_let_the_same_program_through(servic
         FOUR_PROCESSES_OF_120_MIB, backend=LocalBackend(use_cgroups=False), limits=LIMITS, bundle_id="probe"
     )
     assert run.envelope.ok, run.envelope.report_text
+
+
+@pytest.mark.skipif(not cgroups_writable(), reason="cgroup v1 controllers are not writable here")
+def test_each_run_has_cgroups_of_its_own_even_with_the_same_uid() -> None:
+    """Named by exec id, not by uid: two runs never share a pids or memory budget, whichever process started them;
+    and removed after their run."""
+    first = RunCgroup.prepare(LIMITS, 61000, "ex_first")
+    second = RunCgroup.prepare(LIMITS, 61000, "ex_second")
+    assert first is not None and second is not None
+    try:
+        assert set(first.folders).isdisjoint(second.folders)
+        assert ROOT / "pids" / PARENT / "ex_first" in first.folders
+        assert (ROOT / "pids" / PARENT / "ex_first" / "pids.max").read_text().strip() == str(LIMITS.processes)
+    finally:
+        first.remove()
+        second.remove()
+    assert not any(folder.exists() for folder in (*first.folders, *second.folders))

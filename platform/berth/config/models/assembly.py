@@ -374,6 +374,22 @@ class ExecConfig(DescriptorModel):
             "executor's sibling container sees the paths the host names. Read at start from the platform level."
         ),
     )
+    uid_lock_dir: str = Field(
+        "/run/berth-exec-uids",
+        description=(
+            "the folder of the executor uids' lock files (uid-<n>), shared by every host process of the machine so "
+            "no two runs ever share a uid; a run holds its uid's flock while it runs. Read at start from the "
+            "platform level."
+        ),
+    )
+    sweep_interval_s: float = Field(
+        60.0,
+        gt=0,
+        description=(
+            "how often a host (API process, worker) removes what dead hosts left: run folders whose owner is gone, "
+            "containers past their wall time, empty run cgroups (also done once at start)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _default_profile_exists(self) -> ExecConfig:

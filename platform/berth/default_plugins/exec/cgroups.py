@@ -1,11 +1,12 @@
 """cgroup v1 limits for one local run: memory (all its processes together), processes and CPU share.
 
 Rlimits bound each process; a run of 32 processes could still hold 32 times its memory. Where the cgroup v1
-controllers are writable (``/sys/fs/cgroup/{memory,pids,cpu}``), each executor uid has a cgroup of its own in each
-(``berth-exec/uid-<uid>``: a uid runs one program at a time, so its cgroups are the run's), set for every run to
-its ``memory.limit_in_bytes`` (and the same for memory+swap), ``pids.max`` and a CPU quota of one core. The run's
+controllers are writable (``/sys/fs/cgroup/{memory,pids,cpu}``), each run has a cgroup of its own in each, named
+by its exec id (``berth-exec/<exec_id>``, never shared with another run, whichever host process started it), set
+to its ``memory.limit_in_bytes`` (and the same for memory+swap), ``pids.max`` and a CPU quota of one core. The run's
 first process joins them before it starts bubblewrap (:meth:`RunCgroup.wrap`), so everything the program starts is
-charged to the run. The cgroups are kept for the uid's next run (making and removing them cost ~10 ms a run).
+charged to the run. After the run, whatever is left in them is killed and they are removed (:meth:`RunCgroup.remove`);
+the host's exec sweep removes the empty ones a dead host left (:func:`remove_empty_cgroups`).
 Where they are not writable (cgroup v2 only, a read-only ``/sys``), runs go on with rlimits alone and
 ``berth exec doctor`` says so.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -24,6 +27,9 @@ ROOT: Final = Path("/sys/fs/cgroup")
 CONTROLLERS: Final = ("memory", "pids", "cpu")
 PARENT: Final = "berth-exec"
 CPU_PERIOD_US: Final = 100_000
+EMPTY_WAIT_S: Final = 5.0
+"""How long the end of a run waits for its cgroups to empty before leaving them to the sweep."""
+EMPTY_POLL_S: Final = 0.01
 JOIN_SCRIPT: Final = (
     'for f in $BERTH_CGROUP_PROCS; do echo $$ > "$f" || exit 125; done; unset BERTH_CGROUP_PROCS; exec "$@"'
 )
@@ -44,11 +50,12 @@ class RunCgroup:
     refused_forks_before: int = 0
 
     @classmethod
-    def prepare(cls, limits: ExecLimits, uid: int) -> RunCgroup | None:
-        """The cgroups of ``uid`` set to ``limits`` for its next run (``None`` when cgroups are not writable)."""
-        if not cgroups_writable():
+    def prepare(cls, limits: ExecLimits, uid: int, exec_id: str) -> RunCgroup | None:
+        """The cgroups of run ``exec_id`` (executor ``uid``) set to ``limits`` (``None`` when cgroups are not
+        writable)."""
+        if not cgroups_writable() or not exec_id or "/" in exec_id or exec_id.startswith("."):
             return None
-        folders = tuple(ROOT / controller / PARENT / f"uid-{uid}" for controller in CONTROLLERS)
+        folders = tuple(ROOT / controller / PARENT / exec_id for controller in CONTROLLERS)
         try:
             for folder in folders:
                 if not folder.is_dir():
@@ -85,10 +92,54 @@ class RunCgroup:
         return _refused_forks(self.folders[1]) > self.refused_forks_before
 
     def remove(self) -> None:
-        """Remove the cgroups (when they could not be set up; their processes must be gone)."""
+        """Kill whatever of the run is left in its cgroups, then remove them."""
         for folder in self.folders:
+            _kill_members(folder)
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _kill_members(folder: Path, within_s: float = EMPTY_WAIT_S) -> None:
+    """SIGKILL every process still in the cgroup ``folder`` and wait (up to ``within_s``) for it to empty: the
+    processes of a killed pid namespace take a moment to be gone, and a cgroup holding one cannot be removed."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            pids = [int(line) for line in (folder / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(EMPTY_POLL_S)  # cgroup v1 has no event for "emptied"
+
+
+EMPTY_GRACE_S: Final = 60.0
+"""A run cgroup younger than this is left alone by the sweep even when empty: its run may not have joined yet."""
+
+
+def remove_empty_cgroups(grace_s: float = EMPTY_GRACE_S) -> int:
+    """Remove the run cgroups under ``berth-exec`` that hold no process and are older than ``grace_s`` (a dead
+    host's runs); return how many."""
+    removed = 0
+    now = time.time()
+    for controller in CONTROLLERS:
+        parent = ROOT / controller / PARENT
+        try:
+            children = [child for child in parent.iterdir() if child.is_dir()]
+        except OSError:
+            continue
+        for child in children:
+            try:
+                if now - child.stat().st_mtime < grace_s:
+                    continue
+                child.rmdir()  # the kernel refuses while a process is in it
+            except OSError:
+                continue
+            removed += 1
+    return removed
 
 
 def _oom_kills(memory: Path) -> int:

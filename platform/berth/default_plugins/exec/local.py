@@ -17,8 +17,8 @@ Isolation, strongest available first (``isolation`` of the profile; ``auto`` pic
   the host warns at start-up.
 
 Limits are rlimits the executor bootstrap sets on itself (address space, CPU seconds, processes, file size);
-the wall-time limit is the host's: it kills the process group. Every concurrent run gets a uid of its own from
-a pool, because RLIMIT_NPROC counts all processes of a uid.
+the wall-time limit is the host's: it kills the process group. Every concurrent run on the machine gets a uid of
+its own, leased machine-wide (:mod:`berth.execution.uids`), because RLIMIT_NPROC counts all processes of a uid.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import berth_exec
-from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable
+from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable, remove_empty_cgroups
 from berth.execution.limits import MIB
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
@@ -109,7 +109,7 @@ class LocalBackend:
         """
         isolation = self.isolation
         argv, env = self.command(request, isolation)
-        cgroup = RunCgroup.prepare(request.limits, request.uid) if self.use_cgroups else None
+        cgroup = RunCgroup.prepare(request.limits, request.uid, request.exec_id) if self.use_cgroups else None
         if cgroup is not None:
             argv, joining = cgroup.wrap(argv)
             env = {**env, **joining}
@@ -120,11 +120,16 @@ class LocalBackend:
             if cgroup is not None:
                 out_of_memory = cgroup.out_of_memory()
                 process_limit_hit = cgroup.process_limit_hit()
+                await asyncio.to_thread(cgroup.remove)
         if out_of_memory and not outcome.timed_out:
             outcome = dataclasses.replace(outcome, out_of_memory=True)
         if process_limit_hit:
             outcome = dataclasses.replace(outcome, process_limit_hit=True)
         return outcome
+
+    def reap_stale(self) -> int:
+        """Remove the empty run cgroups a host that died mid-run left (its runs' processes died with it)."""
+        return remove_empty_cgroups() if self.use_cgroups and cgroups_writable() else 0
 
     async def _spawn(
         self, request: SandboxRequest, argv: list[str], env: dict[str, str], isolation: str, in_cgroup: bool
