@@ -149,8 +149,9 @@ async def test_a_source_fetched_in_an_earlier_turn_keeps_its_sid(
             ],
         )
         assert result.sources_used == ({"sid": 1, "url": url, "title": PAGE_TITLE},)
-        # an unknown SID is not invented, and never shown raw: its token is dropped (docs/streaming.md)
-        assert harness.streamed().endswith(f"Up to 3 metres near the Elbe [{PAGE_TITLE}]({url}); see also .")
+        # an unknown SID is not invented, and never shown raw: its token is dropped with the space before it
+        # (docs/streaming.md)
+        assert harness.streamed().endswith(f"Up to 3 metres near the Elbe [{PAGE_TITLE}]({url}); see also.")
         assert [event["sids"] for event in harness.of_type("citation.sources")] == [[1], [1]]
 
 

@@ -95,10 +95,15 @@ class TurnHarness:
             async def record(event: TurnEvent) -> None:
                 self.events.append(event)
 
+            turn_id = f"turn_{self.turns}"
+            if getattr(self.store, "queued", False):  # berth-postgres's store in queued mode
+                # as in a deployment: the API accepts the turn for the queue, a worker claims it, then runs it
+                await self.store.conversation(scope).accept_turn(turn_id, accepted_at=self.clock.now, head=())
+                await self.store.claim_turn(scope, turn_id)  # type: ignore[attr-defined]
             return await self.runner.run(
                 generation,
                 context,
-                TurnInput(scope=scope, turn_id=f"turn_{self.turns}", message=message, **extra),
+                TurnInput(scope=scope, turn_id=turn_id, message=message, **extra),
                 record,
             )
 
