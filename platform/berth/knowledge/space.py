@@ -32,7 +32,7 @@ from berth.knowledge.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 from berth.knowledge.store import ChunkRow, FileRecord, FileUpdate, SpaceStore
 from berth.runtime.memory import DEFAULT_RRF_K, Embedder, fuse_rankings
 
-__all__ = ["IndexProgress", "KnowledgeHit", "RefreshReport", "SearchMode", "SpaceIndex", "SpaceStatus"]
+__all__ = ["Candidate", "IndexProgress", "KnowledgeHit", "RefreshReport", "SearchMode", "SpaceIndex", "SpaceStatus"]
 
 log = logging.getLogger("berth.knowledge")
 
@@ -114,6 +114,17 @@ class KnowledgeHit:
     def logical_path(self) -> str:
         """``ks:<space>/<path>#<anchor>``."""
         return f"ks:{self.space}/{self.chunk.path}#{self.chunk.anchor}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A chunk one space proposes for a query, with its cosine similarity to it (None: vectors not ranked)."""
+
+    space: str
+    chunk: ChunkRow
+    cosine: float | None
+    lexical: float | None = None
+    """The store's own lexical score (this space's statistics: not comparable with another space's)."""
 
 
 ProgressCallback: TypeAlias = Callable[[IndexProgress], Awaitable[None] | None]
@@ -225,7 +236,7 @@ class SpaceIndex:
             import numpy as np  # with the first vector search: a host whose spaces search lexically never loads it
 
             vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
-            rankings.append([str(i) for i in await self.store.nearest(vector, CANDIDATES)])
+            rankings.append([str(i) for i, _ in await self.store.nearest(vector, CANDIDATES)])
         fused = fuse_rankings(rankings, k=DEFAULT_RRF_K)  # one ranking alone scores 1 / (k + rank) likewise
         best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
         rows = await self.store.chunk_rows(int(key) for key, _ in best)
@@ -234,6 +245,23 @@ class SpaceIndex:
             for key, score in best
             if int(key) in rows
         ]
+
+    async def candidates(self, query: str, *, mode: SearchMode = "hybrid", count: int = CANDIDATES) -> list[Candidate]:
+        """This space's ``count`` best chunks of each ranking the mode uses, each with its cosine similarity to
+        the query when vectors are ranked (for :func:`berth.knowledge.merge.search_spaces_merged`, which
+        re-scores the union of several spaces' candidates on one scale)."""
+        lexical: dict[int, float] = {}
+        cosines: dict[int, float] = {}
+        if mode in ("hybrid", "lexical"):
+            lexical = dict(await self.store.lexical(query, count))
+        if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
+            import numpy as np
+
+            vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
+            cosines = dict(await self.store.nearest(vector, count))
+        ids = list(dict.fromkeys([*lexical, *cosines]))
+        rows = await self.store.chunk_rows(ids)
+        return [Candidate(self.name, rows[i], cosines.get(i), lexical.get(i)) for i in ids if i in rows]
 
     # -- reading -------------------------------------------------------------------------------------
 

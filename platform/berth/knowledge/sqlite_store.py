@@ -187,7 +187,7 @@ class SqliteSpaceStore:
             self._vectors = cached
         return cached
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[int]:
+    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
         """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept)."""
         return await asyncio.to_thread(lambda: self._vector_matrix().nearest(vector, limit))
 

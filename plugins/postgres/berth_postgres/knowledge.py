@@ -222,7 +222,7 @@ class PostgresSpaceStore:
         )
         return [(int(row["id"]), float(row["score"])) for row in rows]
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[int]:
+    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
         """Chunk ids by cosine similarity over the committed version's vectors (loaded once per version)."""
         version = await self.version()
         cached = self._vectors
