@@ -145,6 +145,9 @@ def status_command(
     for status in statuses:
         for path, state, reason in status["skipped"]:
             click.echo(f"  {status['bundle']}/{status['space']}: {path}: {state}: {reason}")
+        for path, reason, count in status["excluded"]:
+            what = f"excluded {path}" if path != "*" else "excluded files"
+            click.echo(f"  {status['bundle']}/{status['space']}: {what}: {reason}: {count} file(s)")
 
 
 def _state(status: dict[str, Any]) -> str:

@@ -99,6 +99,11 @@ class SpaceStatus:
     error: str | None
     progress: dict[str, Any] | None
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
+    excluded: list[tuple[str, str, int]] = field(default_factory=list)
+    """What the last listing left out: (folder/ or '*', reason, files), e.g. ``("build/", "build output at the
+    space root", 227)``, ``("*", "not matched by include", 40)``."""
+    duplicates: int = 0
+    """Chunks dropped because an earlier chunk of the space has the same (normalized) text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +298,7 @@ class SpaceIndex:
             error=meta.get("error") or None,
             progress=_progress(meta),
             skipped=await self.store.skipped(),
+            excluded=[(str(p), str(r), int(n)) for p, r, n in json.loads(meta.get("excluded") or "[]")],
         )
 
 
@@ -343,18 +349,23 @@ class _Refresh:
             listed = await asyncio.to_thread(lambda: list(self.index.indexer.files()))
         except (ListingError, FileNotFoundError) as error:
             return await self._listing_failed(getattr(error, "reason", str(error)))
+        excluded = json.dumps([e.as_list() for e in getattr(self.index.indexer, "exclusions", None) or ()])
         stored = await self.store.files()
         meta = await self.store.meta()
         reembed = self.force or meta.get("embedder") not in (None, self.index.embedder_id)
         candidates = [f for f in listed if reembed or _stat_changed(f, stored.get(f.path))]
         removed = sorted(set(stored) - {f.path for f in listed})
         updates, touched = await self._chunk_all(candidates, stored, reembed)
-        if not updates and not touched and not removed and not meta.get("error") and "version" in meta:
+        unchanged = not updates and not touched and not removed and not meta.get("error")
+        if unchanged and "version" in meta and (meta.get("excluded") or "[]") == excluded:
             return RefreshReport(space, int(meta["version"]), len(listed), seconds=self._elapsed())
         updates = await self._embed_all(updates)
         await self._report(IndexProgress(space, "writing", len(candidates), len(candidates)))
         version = await self.store.apply(
-            updates, removed=removed, touched=touched, meta={"embedder": self.index.embedder_id, "error": ""}
+            updates,
+            removed=removed,
+            touched=touched,
+            meta={"embedder": self.index.embedder_id, "error": "", "excluded": excluded},
         )
         report = RefreshReport(
             space,

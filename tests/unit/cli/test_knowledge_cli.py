@@ -43,6 +43,9 @@ def setup_descriptors(tmp_path: Path) -> Path:
     (bundle / "guide" / "install.md").write_text("# Install\n\nRun pip install.\n\n## Upgrade\n\nStop, then pip.\n")
     (bundle / "code" / "store.py").write_text("class Store:\n    def save(self, item):\n        return item\n")
     (bundle / "code" / "logo.png").write_bytes(b"\x89PNG\x00\x00binary")
+    (bundle / "code" / "build").mkdir()
+    (bundle / "code" / "build" / "out.py").write_text("x = 1\n")
+    (bundle / "code" / "build" / "more.py").write_text("y = 2\n")
     folder = tmp_path / "descriptors"
     folder.mkdir()
     assembly = {
@@ -86,6 +89,7 @@ def test_reindex_status_and_search(tmp_path: Path) -> None:
     assert "1 indexed, 1 skipped" in rows["code"] and rows["code"].rstrip().endswith("ready")
     assert "2 indexed" in rows["guide"]
     assert "kb/code: logo.png: skipped: binary file (NUL bytes)" in out
+    assert "kb/code: excluded build/: build output at the space root: 2 file(s)" in out
 
     code, out, _ = invoke(
         "search", "--descriptors", str(descriptors), "--bundle", "kb", "stop before upgrading", "--format", "json"
