@@ -299,6 +299,7 @@ class SpaceIndex:
             progress=_progress(meta),
             skipped=await self.store.skipped(),
             excluded=[(str(p), str(r), int(n)) for p, r, n in json.loads(meta.get("excluded") or "[]")],
+            duplicates=sum(json.loads(meta.get("duplicates") or "{}").values()),
         )
 
 
@@ -356,6 +357,8 @@ class _Refresh:
         candidates = [f for f in listed if reembed or _stat_changed(f, stored.get(f.path))]
         removed = sorted(set(stored) - {f.path for f in listed})
         updates, touched = await self._chunk_all(candidates, stored, reembed)
+        updates, touched = await self._rechunk_deduped(listed, updates, touched, removed, meta)
+        updates, duplicates = await self._dedupe(updates, removed, meta)
         unchanged = not updates and not touched and not removed and not meta.get("error")
         if unchanged and "version" in meta and (meta.get("excluded") or "[]") == excluded:
             return RefreshReport(space, int(meta["version"]), len(listed), seconds=self._elapsed())
@@ -365,7 +368,7 @@ class _Refresh:
             updates,
             removed=removed,
             touched=touched,
-            meta={"embedder": self.index.embedder_id, "error": "", "excluded": excluded},
+            meta={"embedder": self.index.embedder_id, "error": "", "excluded": excluded, "duplicates": duplicates},
         )
         report = RefreshReport(
             space,
@@ -443,6 +446,52 @@ class _Refresh:
         status = "degraded" if note else "indexed"
         return FileUpdate(FileRecord(file.path, file.stat, sha, status, note, len(clean)), clean)
 
+    async def _rechunk_deduped(
+        self,
+        listed: list[SourceFile],
+        updates: list[FileUpdate],
+        touched: list[FileRecord],
+        removed: list[str],
+        meta: dict[str, str],
+    ) -> tuple[list[FileUpdate], list[FileRecord]]:
+        """When files change or go, the files that had duplicate chunks dropped are chunked again too (the copy
+        they deferred to may be gone), so their chunks are kept or dropped against the space as it will be."""
+        deduped = set(json.loads(meta.get("duplicates") or "{}"))
+        changed = {update.record.path for update in updates}
+        again = [file for file in listed if file.path in deduped and file.path not in changed]
+        if not again or not (updates or removed):
+            return updates, touched
+        more, _ = await self._chunk_all(again, {}, True)
+        redone = {update.record.path for update in more}
+        merged = sorted([*updates, *more], key=lambda update: update.record.path)
+        return merged, [record for record in touched if record.path not in redone]
+
+    async def _dedupe(
+        self, updates: list[FileUpdate], removed: list[str], meta: dict[str, str]
+    ) -> tuple[list[FileUpdate], str]:
+        """The updates without chunks whose normalized text (:func:`text_key`) the space already has — in a
+        file this refresh leaves alone, or earlier in path order — and the duplicates dropped per file (JSON)."""
+        counts: dict[str, int] = json.loads(meta.get("duplicates") or "{}")
+        changing = {update.record.path for update in updates} | set(removed)
+        for path in changing:
+            counts.pop(path, None)
+        if not any(update.chunks for update in updates):
+            return updates, json.dumps(counts, sort_keys=True)
+        seen = {text_key(text) for path, text in await self.store.texts() if path not in changing}
+        kept_updates = []
+        for update in updates:
+            kept = []
+            for chunk in update.chunks:
+                key = text_key(chunk.text)
+                if key not in seen:
+                    seen.add(key)
+                    kept.append(chunk)
+            if len(kept) < len(update.chunks):
+                counts[update.record.path] = len(update.chunks) - len(kept)
+                update = replace(update, record=replace(update.record, chunks=len(kept)), chunks=kept)
+            kept_updates.append(update)
+        return kept_updates, json.dumps(counts, sort_keys=True)
+
     async def _embed_all(self, updates: list[FileUpdate]) -> list[FileUpdate]:
         pending = [(i, chunk) for i, update in enumerate(updates) for chunk in update.chunks]
         vectors: dict[int, list[bytes | None]] = {i: [] for i in range(len(updates))}
@@ -480,6 +529,11 @@ class _Refresh:
         if total >= 100 and step != self._logged_step:
             self._logged_step = step
             log.info("knowledge %s", progress.line())
+
+
+def text_key(text: str) -> str:
+    """A chunk's de-duplication key: the hash of its text case-folded, with white space collapsed."""
+    return hashlib.sha256(" ".join(text.casefold().split()).encode("utf-8")).hexdigest()
 
 
 def _stat_changed(file: SourceFile, record: FileRecord | None) -> bool:

@@ -178,6 +178,10 @@ class SpaceStore(Protocol):
         """The chunks of one file, in file order."""
         ...
 
+    async def texts(self) -> list[tuple[str, str]]:
+        """Every chunk's (path, text) (to find the chunks a refresh would add again)."""
+        ...
+
     async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
         """Chunk ids ranked by a lexical score for ``query`` (title and path weigh more than text), best first."""
         ...
