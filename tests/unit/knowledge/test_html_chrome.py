@@ -10,13 +10,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from berth.bundle.knowledge import KnowledgeSpace
 from berth.knowledge.indexers import DocumentFolder
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.space import SpaceIndex
 from berth.knowledge.store import SpaceStoreFactory
-from berth.knowledge.text import chunk_html
+from berth.knowledge.text import _CHROME_NAMES, chunk_html
 
 MDBOOK = Path(__file__).resolve().parents[2] / "data" / "mdbook"
 CHROME = ("Keyboard shortcuts", "Press Esc", "Coal", "Navy", "Skip to main content", "Search this book",
@@ -85,3 +87,25 @@ async def test_a_space_keeps_one_copy_of_a_repeated_chunk_and_counts_the_rest(
     assert [hit.logical_path for hit in hits if hit.chunk.anchor == "license"] == [
         "ks:book/ch02-guessing-game.html#license"
     ]
+
+
+NAMES = st.text(alphabet="abcdehilmnoprstuvwxyz-_", min_size=1, max_size=20)
+
+
+@given(NAMES, NAMES, st.sampled_from(["div", "section", "ul", "span", "form"]))
+def test_content_is_kept_unless_its_container_is_named_as_chrome(name: str, ident: str, tag: str) -> None:
+    page = (
+        f'<html class="sidebar-visible"><body><main><{tag} class="{name}" id="{ident}"><p>Paragraph of content'
+        f"</p></{tag}><h2>Next</h2><p>More.</p></main></body></html>"
+    )
+    text = " ".join(chunk.text for chunk in chunk_html("page.html", page))
+    named_chrome = tag != "section" and any(_CHROME_NAMES.search(n.lower()) for n in (name, ident))
+    assert ("Paragraph of content" in text) is (not named_chrome or name == "section")
+    assert "More." in text
+
+
+@given(NAMES, st.sampled_from(["popup", "help-popup", "sidebar", "menu-bar", "search-wrapper", "navbar-inner"]))
+def test_a_container_named_as_chrome_is_dropped(prefix: str, chrome: str) -> None:
+    page = f'<html><body><div id="{prefix}-{chrome}"><p>Press Esc</p></div><p>Real text.</p></body></html>'
+    text = " ".join(chunk.text for chunk in chunk_html("page.html", page))
+    assert "Press Esc" not in text and "Real text." in text
