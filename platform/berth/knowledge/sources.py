@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,25 @@ class FileTree:
         return None
 
 
+EXCLUDED_COUNT_TTL_S: Final = 300.0
+"""How long an excluded folder's file count is reused: a space is listed every few seconds while it is searched,
+and counting ``.venv/`` or ``node_modules/`` again each time made a listing 30x slower (0.93 s against 0.03 s
+for a checkout with a 56,675-file ``.venv``)."""
+_counted: dict[Path, tuple[float, int, int]] = {}
+
+
 def _count_files(folder: Path) -> int:
-    """The number of files under ``folder`` (links not followed)."""
-    return sum(len(names) for _, _, names in os.walk(folder))
+    """The number of files under ``folder`` (links not followed), counted again when the folder's own entries
+    changed (its modification time) or :data:`EXCLUDED_COUNT_TTL_S` seconds after the last count (a change
+    deeper down)."""
+    now = time.monotonic()
+    try:
+        mtime = folder.stat().st_mtime_ns
+    except OSError:
+        return 0
+    cached = _counted.get(folder)
+    if cached is not None and cached[1] == mtime and now - cached[0] < EXCLUDED_COUNT_TTL_S:
+        return cached[2]
+    count = sum(len(names) for _, _, names in os.walk(folder))
+    _counted[folder] = (now, mtime, count)
+    return count
