@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from typing import Final
 
 from berth.knowledge.space import CANDIDATES, Candidate, KnowledgeHit, SearchMode, SpaceIndex, snippet
-from berth.knowledge.store import identifier_words, path_words, query_words
+from berth.knowledge.store import camel_parts, path_words, query_words
 from berth.runtime.memory import DEFAULT_RRF_K, fuse_rankings
 
 __all__ = ["bm25_scores", "merge_candidates", "search_spaces_merged", "terms"]
 
 _WORD: Final = re.compile(r"[^\W_]+", re.UNICODE)
 _SUFFIXES: Final = ("ing", "ed", "es", "s")
+_MARKS: Final = re.compile(r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+"""Combining marks (after NFKD: ``café`` → ``cafe``)."""
 FIELD_WEIGHTS: Final = (3.0, 2.0, 1.0)
 """Title, path and text, weighted as the SQLite store's ``bm25(chunks_fts, 3.0, 2.0, 1.0)``."""
 K1: Final = 1.2
@@ -45,18 +47,42 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """``text`` as the shared scorer's terms: Unicode words, lower-cased, diacritics removed, a plural or
     ``-ing``/``-ed`` ending dropped (a light stand-in for the stores' stemming, the same on both sides)."""
-    flat = unicodedata.normalize("NFKD", text.lower())
-    flat = "".join(ch for ch in flat if not unicodedata.combining(ch))
-    return [_stem(word) for word in _WORD.findall(flat)]
+    return [_stem(word) for word in _words(text)]
+
+
+def _words(text: str) -> list[str]:
+    flat = text.lower()
+    if not flat.isascii():
+        flat = _MARKS.sub("", unicodedata.normalize("NFKD", flat))
+    return _WORD.findall(flat)
 
 
 def _fields(candidate: Candidate) -> tuple[list[str], list[str], list[str]]:
+    """The candidate's title, path and text as unstemmed words (what the stores index of it)."""
     chunk = candidate.chunk
     return (
-        terms(chunk.title + " " + identifier_words(chunk.title)),
-        terms(path_words(chunk.path)),
-        terms(chunk.text + "\n" + identifier_words(chunk.title + " " + chunk.text)),
+        _words(chunk.title + " " + _identifier_words(chunk.title)),
+        _words(path_words(chunk.path)),
+        _words(chunk.text + "\n" + _identifier_words(chunk.title + " " + chunk.text)),
     )
+
+
+def _identifier_words(text: str) -> str:
+    """:func:`~berth.knowledge.store.identifier_words`, asking only mixed-case words for their parts (the
+    others have none)."""
+    mixed = {word for word in _WORD.findall(text) if not word.islower() and not word.isupper()}
+    return " ".join(part for word in mixed for part in camel_parts(word))
+
+
+def _forms(wanted: Sequence[str]) -> dict[str, str]:
+    """Each surface form that stems to one of the ``wanted`` terms, mapped to it (so a chunk's words are looked
+    up, not each stemmed)."""
+    forms: dict[str, str] = {}
+    for term in wanted:
+        for suffix in ("", *_SUFFIXES):
+            if _stem(term + suffix) == term:
+                forms.setdefault(term + suffix, term)
+    return forms
 
 
 def bm25_scores(query: str, candidates: Sequence[Candidate]) -> list[float]:
@@ -65,6 +91,7 @@ def bm25_scores(query: str, candidates: Sequence[Candidate]) -> list[float]:
     wanted = list(dict.fromkeys(t for word in query_words(query) for t in terms(word)))
     if not wanted or not candidates:
         return [0.0] * len(candidates)
+    forms = _forms(wanted)
     weighted: list[dict[str, float]] = []
     lengths: list[float] = []
     for candidate in candidates:
@@ -72,7 +99,9 @@ def bm25_scores(query: str, candidates: Sequence[Candidate]) -> list[float]:
         length = 0.0
         for weight, words in zip(FIELD_WEIGHTS, _fields(candidate), strict=True):
             for word in words:
-                counts[word] += weight
+                term = forms.get(word)
+                if term is not None:
+                    counts[term] += weight
             length += weight * len(words)
         weighted.append(counts)
         lengths.append(length)
