@@ -167,8 +167,9 @@ async def test_the_docs_assistant_answers_about_berth_from_its_docs_and_source(t
         )
         assert result.outcome == "completed"
         found = harness.model.requests[1].prompt.section_text("current_turn")
-        assert "ks:berth-docs/bundles.md#" in found  # the docs space answers first
+        assert "ks:berth-docs/bundles.md#" in found  # the docs space answers, among the source's definitions
         code = harness.model.requests[2].prompt.section_text("current_turn")
         assert "ks:berth-source/host/registry.py#BundleRegistry." in code
         cited = harness.of_type("turn.completed")[0]["sources_used"]
-        assert cited[0]["url"].startswith("ks:berth-docs/")
+        # [[S:1]] is the best hit of both spaces ranked on one scale (not a space's first by its name's order)
+        assert cited[0]["url"].startswith(("ks:berth-docs/", "ks:berth-source/host/"))

@@ -145,6 +145,14 @@ def status_command(
     for status in statuses:
         for path, state, reason in status["skipped"]:
             click.echo(f"  {status['bundle']}/{status['space']}: {path}: {state}: {reason}")
+        if status["duplicates"]:
+            click.echo(
+                f"  {status['bundle']}/{status['space']}: {status['duplicates']} duplicate chunk(s) dropped "
+                "(the same text as an earlier chunk of the space)"
+            )
+        for path, reason, count in status["excluded"]:
+            what = f"excluded {path}" if path != "*" else "excluded files"
+            click.echo(f"  {status['bundle']}/{status['space']}: {what}: {reason}: {count} file(s)")
 
 
 def _state(status: dict[str, Any]) -> str:

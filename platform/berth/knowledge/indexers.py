@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 from berth.knowledge.chunks import Chunk
 from berth.knowledge.code import chunk_code
 from berth.knowledge.git import Checkout, GitError, checkout
-from berth.knowledge.sources import FileTree, SourceFile
+from berth.knowledge.sources import Exclusion, FileTree, SourceFile
 from berth.knowledge.text import DOCUMENT_SUFFIXES, chunk_document, chunk_markdown, decode_text
 
 __all__ = [
@@ -112,12 +112,15 @@ class FolderIndexer:
         self.folder = Path(folder)
         self.tree = FileTree(self.folder, tuple(include or self.default_include), tuple(exclude))
         self.max_file_bytes = max_file_bytes
+        self.exclusions: list[Exclusion] = []
+        """What the last listing left out (folders with their file counts, other reasons with counts)."""
 
     def files(self) -> Iterator[SourceFile]:
         """Every matching file, sorted by path."""
         if not self.folder.is_dir():
             raise ListingError(f"folder {self.folder} does not exist")
-        return self.tree.files()
+        found, self.exclusions = self.tree.listing()
+        return iter(found)
 
     def chunk(self, file: SourceFile, data: bytes) -> ChunkResult:
         """The file's chunks (each subclass says how)."""
@@ -207,6 +210,8 @@ class GitRepository:
         self.max_file_bytes = max_file_bytes
         self.progress: Callable[[str], None] | None = None
         self.checked_out: Checkout | None = None
+        self.exclusions: list[Exclusion] = []
+        """What the last listing left out (folders with their file counts, other reasons with counts)."""
 
     def use_cache(self, cache_dir: Path) -> None:
         """Set the cache folder when the bundle did not choose one (the host calls this)."""
@@ -226,7 +231,8 @@ class GitRepository:
         root = self.checked_out.root / self.subdir if self.subdir else self.checked_out.root
         if not root.is_dir():
             raise ListingError(f"git repository {self.url}@{self.ref}: no folder '{self.subdir}'")
-        return FileTree(root, self.include, self.exclude).files()
+        found, self.exclusions = FileTree(root, self.include, self.exclude).listing()
+        return iter(found)
 
     def chunk(self, file: SourceFile, data: bytes) -> ChunkResult:
         """As :class:`SourceTree` (or :class:`DocumentFolder` with ``documents_only``)."""

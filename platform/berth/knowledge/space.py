@@ -32,7 +32,7 @@ from berth.knowledge.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 from berth.knowledge.store import ChunkRow, FileRecord, FileUpdate, SpaceStore
 from berth.runtime.memory import DEFAULT_RRF_K, Embedder, fuse_rankings
 
-__all__ = ["IndexProgress", "KnowledgeHit", "RefreshReport", "SearchMode", "SpaceIndex", "SpaceStatus"]
+__all__ = ["Candidate", "IndexProgress", "KnowledgeHit", "RefreshReport", "SearchMode", "SpaceIndex", "SpaceStatus"]
 
 log = logging.getLogger("berth.knowledge")
 
@@ -99,6 +99,11 @@ class SpaceStatus:
     error: str | None
     progress: dict[str, Any] | None
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
+    excluded: list[tuple[str, str, int]] = field(default_factory=list)
+    """What the last listing left out: (folder/ or '*', reason, files), e.g. ``("build/", "build output at the
+    space root", 227)``, ``("*", "not matched by include", 40)``."""
+    duplicates: int = 0
+    """Chunks dropped because an earlier chunk of the space has the same (normalized) text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,17 @@ class KnowledgeHit:
     def logical_path(self) -> str:
         """``ks:<space>/<path>#<anchor>``."""
         return f"ks:{self.space}/{self.chunk.path}#{self.chunk.anchor}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A chunk one space proposes for a query, with its cosine similarity to it (None: vectors not ranked)."""
+
+    space: str
+    chunk: ChunkRow
+    cosine: float | None
+    lexical: float | None = None
+    """The store's own lexical score (this space's statistics: not comparable with another space's)."""
 
 
 ProgressCallback: TypeAlias = Callable[[IndexProgress], Awaitable[None] | None]
@@ -225,7 +241,7 @@ class SpaceIndex:
             import numpy as np  # with the first vector search: a host whose spaces search lexically never loads it
 
             vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
-            rankings.append([str(i) for i in await self.store.nearest(vector, CANDIDATES)])
+            rankings.append([str(i) for i, _ in await self.store.nearest(vector, CANDIDATES)])
         fused = fuse_rankings(rankings, k=DEFAULT_RRF_K)  # one ranking alone scores 1 / (k + rank) likewise
         best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
         rows = await self.store.chunk_rows(int(key) for key, _ in best)
@@ -234,6 +250,23 @@ class SpaceIndex:
             for key, score in best
             if int(key) in rows
         ]
+
+    async def candidates(self, query: str, *, mode: SearchMode = "hybrid", count: int = CANDIDATES) -> list[Candidate]:
+        """This space's ``count`` best chunks of each ranking the mode uses, each with its cosine similarity to
+        the query when vectors are ranked (for :func:`berth.knowledge.merge.search_spaces_merged`, which
+        re-scores the union of several spaces' candidates on one scale)."""
+        lexical: dict[int, float] = {}
+        cosines: dict[int, float] = {}
+        if mode in ("hybrid", "lexical"):
+            lexical = dict(await self.store.lexical(query, count))
+        if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
+            import numpy as np
+
+            vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
+            cosines = dict(await self.store.nearest(vector, count))
+        ids = list(dict.fromkeys([*lexical, *cosines]))
+        rows = await self.store.chunk_rows(ids)
+        return [Candidate(self.name, rows[i], cosines.get(i), lexical.get(i)) for i in ids if i in rows]
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -265,6 +298,8 @@ class SpaceIndex:
             error=meta.get("error") or None,
             progress=_progress(meta),
             skipped=await self.store.skipped(),
+            excluded=[(str(p), str(r), int(n)) for p, r, n in json.loads(meta.get("excluded") or "[]")],
+            duplicates=sum(json.loads(meta.get("duplicates") or "{}").values()),
         )
 
 
@@ -315,18 +350,25 @@ class _Refresh:
             listed = await asyncio.to_thread(lambda: list(self.index.indexer.files()))
         except (ListingError, FileNotFoundError) as error:
             return await self._listing_failed(getattr(error, "reason", str(error)))
+        excluded = json.dumps([e.as_list() for e in getattr(self.index.indexer, "exclusions", None) or ()])
         stored = await self.store.files()
         meta = await self.store.meta()
         reembed = self.force or meta.get("embedder") not in (None, self.index.embedder_id)
         candidates = [f for f in listed if reembed or _stat_changed(f, stored.get(f.path))]
         removed = sorted(set(stored) - {f.path for f in listed})
         updates, touched = await self._chunk_all(candidates, stored, reembed)
-        if not updates and not touched and not removed and not meta.get("error") and "version" in meta:
+        updates, touched = await self._rechunk_deduped(listed, updates, touched, removed, meta)
+        updates, duplicates = await self._dedupe(updates, removed, meta)
+        unchanged = not updates and not touched and not removed and not meta.get("error")
+        if unchanged and "version" in meta and (meta.get("excluded") or "[]") == excluded:
             return RefreshReport(space, int(meta["version"]), len(listed), seconds=self._elapsed())
         updates = await self._embed_all(updates)
         await self._report(IndexProgress(space, "writing", len(candidates), len(candidates)))
         version = await self.store.apply(
-            updates, removed=removed, touched=touched, meta={"embedder": self.index.embedder_id, "error": ""}
+            updates,
+            removed=removed,
+            touched=touched,
+            meta={"embedder": self.index.embedder_id, "error": "", "excluded": excluded, "duplicates": duplicates},
         )
         report = RefreshReport(
             space,
@@ -404,6 +446,52 @@ class _Refresh:
         status = "degraded" if note else "indexed"
         return FileUpdate(FileRecord(file.path, file.stat, sha, status, note, len(clean)), clean)
 
+    async def _rechunk_deduped(
+        self,
+        listed: list[SourceFile],
+        updates: list[FileUpdate],
+        touched: list[FileRecord],
+        removed: list[str],
+        meta: dict[str, str],
+    ) -> tuple[list[FileUpdate], list[FileRecord]]:
+        """When files change or go, the files that had duplicate chunks dropped are chunked again too (the copy
+        they deferred to may be gone), so their chunks are kept or dropped against the space as it will be."""
+        deduped = set(json.loads(meta.get("duplicates") or "{}"))
+        changed = {update.record.path for update in updates}
+        again = [file for file in listed if file.path in deduped and file.path not in changed]
+        if not again or not (updates or removed):
+            return updates, touched
+        more, _ = await self._chunk_all(again, {}, True)
+        redone = {update.record.path for update in more}
+        merged = sorted([*updates, *more], key=lambda update: update.record.path)
+        return merged, [record for record in touched if record.path not in redone]
+
+    async def _dedupe(
+        self, updates: list[FileUpdate], removed: list[str], meta: dict[str, str]
+    ) -> tuple[list[FileUpdate], str]:
+        """The updates without chunks whose normalized text (:func:`text_key`) the space already has — in a
+        file this refresh leaves alone, or earlier in path order — and the duplicates dropped per file (JSON)."""
+        counts: dict[str, int] = json.loads(meta.get("duplicates") or "{}")
+        changing = {update.record.path for update in updates} | set(removed)
+        for path in changing:
+            counts.pop(path, None)
+        if not any(update.chunks for update in updates):
+            return updates, json.dumps(counts, sort_keys=True)
+        seen = {text_key(text) for path, text in await self.store.texts() if path not in changing}
+        kept_updates = []
+        for update in updates:
+            kept = []
+            for chunk in update.chunks:
+                key = text_key(chunk.text)
+                if key not in seen:
+                    seen.add(key)
+                    kept.append(chunk)
+            if len(kept) < len(update.chunks):
+                counts[update.record.path] = len(update.chunks) - len(kept)
+                update = replace(update, record=replace(update.record, chunks=len(kept)), chunks=kept)
+            kept_updates.append(update)
+        return kept_updates, json.dumps(counts, sort_keys=True)
+
     async def _embed_all(self, updates: list[FileUpdate]) -> list[FileUpdate]:
         pending = [(i, chunk) for i, update in enumerate(updates) for chunk in update.chunks]
         vectors: dict[int, list[bytes | None]] = {i: [] for i in range(len(updates))}
@@ -441,6 +529,11 @@ class _Refresh:
         if total >= 100 and step != self._logged_step:
             self._logged_step = step
             log.info("knowledge %s", progress.line())
+
+
+def text_key(text: str) -> str:
+    """A chunk's de-duplication key: the hash of its text case-folded, with white space collapsed."""
+    return hashlib.sha256(" ".join(text.casefold().split()).encode("utf-8")).hexdigest()
 
 
 def _stat_changed(file: SourceFile, record: FileRecord | None) -> bool:

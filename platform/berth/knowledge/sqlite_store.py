@@ -166,6 +166,13 @@ class SqliteSpaceStore:
         query = f"SELECT {_COLUMNS} FROM chunks WHERE path = ? ORDER BY first_line, id"  # noqa: S608
         return [ChunkRow(*row) for row in await asyncio.to_thread(self._read, query, (path,))]
 
+    async def texts(self) -> list[tuple[str, str]]:
+        """Every chunk's (path, text)."""
+        return [
+            (str(path), str(text))
+            for path, text in await asyncio.to_thread(self._read, "SELECT path, text FROM chunks")
+        ]
+
     async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
         """Chunk ids ranked by BM25 over title (weighted 3), path (2) and text: (id, score), best first."""
         expression = fts_query(query)
@@ -187,7 +194,7 @@ class SqliteSpaceStore:
             self._vectors = cached
         return cached
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[int]:
+    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
         """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept)."""
         return await asyncio.to_thread(lambda: self._vector_matrix().nearest(vector, limit))
 

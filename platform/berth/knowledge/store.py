@@ -103,8 +103,8 @@ class VectorMatrix:
         ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
         return cls(version, ids, np.vstack([np.frombuffer(row[1], dtype=np.float32) for row in rows]))
 
-    def nearest(self, vector: npt.NDArray[np.float32], count: int) -> list[int]:
-        """The ids of the ``count`` rows most similar to ``vector`` (cosine), best first."""
+    def nearest(self, vector: npt.NDArray[np.float32], count: int) -> list[tuple[int, float]]:
+        """The ``count`` rows most similar to ``vector``: (id, cosine), best first."""
         import numpy as np
 
         if self.matrix.size == 0 or vector.shape[0] != self.matrix.shape[1]:
@@ -113,7 +113,7 @@ class VectorMatrix:
         scores = self.matrix @ (vector / norm)
         count = min(count, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
-        return [int(self.ids[i]) for i in top[np.argsort(-scores[top])]]
+        return [(int(self.ids[i]), float(scores[i])) for i in top[np.argsort(-scores[top])]]
 
 
 def camel_parts(word: str) -> list[str]:
@@ -178,12 +178,16 @@ class SpaceStore(Protocol):
         """The chunks of one file, in file order."""
         ...
 
+    async def texts(self) -> list[tuple[str, str]]:
+        """Every chunk's (path, text) (to find the chunks a refresh would add again)."""
+        ...
+
     async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
         """Chunk ids ranked by a lexical score for ``query`` (title and path weigh more than text), best first."""
         ...
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[int]:
-        """Chunk ids ranked by cosine similarity to ``vector``, best first."""
+    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
+        """Chunk ids ranked by cosine similarity to ``vector``: (id, cosine), best first."""
         ...
 
     async def set_progress(self, progress: dict[str, Any] | None) -> None:

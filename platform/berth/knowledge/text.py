@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -345,7 +346,20 @@ def _windows(lines: Sequence[str]) -> Iterator[tuple[int, int]]:
 # --- HTML -------------------------------------------------------------------------------------------------------
 
 _HEADING_LEVELS: Final = {f"h{level}": level for level in range(1, 7)}
-_DROPPED_TAGS: Final = frozenset({"head", "script", "style", "nav", "noscript", "template"})
+_DROPPED_TAGS: Final = frozenset({"head", "script", "style", "nav", "noscript", "template", "aside", "dialog"})
+_CHROME_ROLES: Final = frozenset({"navigation", "search", "dialog", "alertdialog", "banner", "contentinfo"})
+"""ARIA roles of page chrome: an element with one is dropped with what it holds."""
+_CHROME_NAMES: Final = re.compile(
+    r"(?:^|[-_])(?:popup|modal|sidebar|menu-bar|menubar|navbar|search-wrapper|searchbox|skip-link|breadcrumbs?"
+    r"|cookie-banner|cookie-consent)"
+    r"(?:[-_](?:container|wrapper|outer|inner|box|scrollbox|banner|consent))?$"
+)
+"""An ``id`` or class naming a page-chrome container (mdBook's ``mdbook-help-popup`` "Keyboard shortcuts",
+``theme-popup``, ``menu-bar``, ``sidebar``, ``search-wrapper``; Sphinx's and MkDocs' sidebars and breadcrumbs):
+the chrome word ends the name, or is followed by one container word only (``sidebar-visible`` on ``<html>`` is a
+state, not a container); ``html``, ``body``, ``main``, ``article`` and sections (``<section>``, Sphinx's
+``<div class="section">``, whose ``id`` is their heading's slug: a section titled "Sidebar") never are by name."""
+_NEVER_CHROME: Final = frozenset({"html", "body", "main", "article", "section"})
 _PAGE_CHROME_TAGS: Final = frozenset({"header", "footer"})
 _CONTENT_TAGS: Final = frozenset({"article", "main", "section"})
 """A ``header`` or ``footer`` inside one of these is the content's own (an article's title), not page chrome."""
@@ -408,10 +422,12 @@ class _HtmlText:
 def chunk_html(path: str, text: str) -> list[Chunk]:
     """An HTML page's sections by its ``h1``-``h6`` headings, as visible text.
 
-    Scripts, styles, ``nav`` and page-level ``header``/``footer`` are dropped; paragraphs, list items and
-    ``pre`` blocks are lines of their own, whitespace normalized (``pre`` keeps its lines). Titles and anchors
-    follow :func:`chunk_markdown`, except that a heading's own ``id`` is its anchor. A section spans its
-    heading's source line through the line before the next heading (the last: through the end of the file).
+    Scripts, styles, ``nav``, ``aside``, ``dialog``, page-level ``header``/``footer`` and page chrome (hidden
+    elements, navigation/search/dialog roles, popups, sidebars and menu bars by id or class) are dropped;
+    paragraphs, list items and ``pre`` blocks are lines of their own, whitespace normalized (``pre`` keeps its
+    lines). Titles and anchors follow :func:`chunk_markdown`, except that a heading's own ``id`` is its anchor.
+    A section spans its heading's source line through the line before the next heading (the last: through the
+    end of the file).
     """
     root = _parse_html(text)
     if root is None:
@@ -493,9 +509,25 @@ def _open(element: Any, out: _HtmlText, stack: list[tuple[Literal["open", "close
 
 
 def _dropped(element: Any, tag: str) -> bool:
-    if tag in _DROPPED_TAGS:
+    if tag in _DROPPED_TAGS or _is_chrome(element):
         return True
     return tag in _PAGE_CHROME_TAGS and not any(parent.tag in _CONTENT_TAGS for parent in element.iterancestors())
+
+
+def _is_chrome(element: Any) -> bool:
+    """Whether ``element`` is page chrome by its attributes: hidden, a chrome ARIA role, or an ``id``/class
+    naming a popup, sidebar, menu bar or the like (:data:`_CHROME_NAMES`)."""
+    if element.get("hidden") is not None or element.get("aria-hidden") == "true":
+        return True
+    if (element.get("role") or "").strip().lower() in _CHROME_ROLES:
+        return True
+    if element.tag in _NEVER_CHROME:
+        return False
+    classes = (element.get("class") or "").split()
+    if "section" in classes:
+        return False
+    names = [element.get("id") or "", *classes]
+    return any(_CHROME_NAMES.search(name.lower()) for name in names if name)
 
 
 # --- PDF --------------------------------------------------------------------------------------------------------

@@ -183,6 +183,11 @@ class PostgresSpaceStore:
         )
         return [ChunkRow(*row) for row in rows]
 
+    async def texts(self) -> list[tuple[str, str]]:
+        """Every chunk's (path, text)."""
+        rows = await self._fetch("SELECT path, text FROM knowledge_chunks WHERE space_id = $1")
+        return [(str(row["path"]), str(row["text"])) for row in rows]
+
     async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
         """Chunk ids by a BM25-like score, best first: each query word's ``ts_rank`` over the weighted document
         (title A 1.0, path B 0.67, text D 0.33; saturated as rank / (rank + 1)) times its inverse document
@@ -222,7 +227,7 @@ class PostgresSpaceStore:
         )
         return [(int(row["id"]), float(row["score"])) for row in rows]
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[int]:
+    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
         """Chunk ids by cosine similarity over the committed version's vectors (loaded once per version)."""
         version = await self.version()
         cached = self._vectors

@@ -42,7 +42,11 @@ def setup_descriptors(tmp_path: Path) -> Path:
     (bundle / "__init__.py").write_text(BUNDLE)
     (bundle / "guide" / "install.md").write_text("# Install\n\nRun pip install.\n\n## Upgrade\n\nStop, then pip.\n")
     (bundle / "code" / "store.py").write_text("class Store:\n    def save(self, item):\n        return item\n")
+    (bundle / "code" / "store_copy.py").write_text("class Store:\n    def save(self, item):\n        return item\n")
     (bundle / "code" / "logo.png").write_bytes(b"\x89PNG\x00\x00binary")
+    (bundle / "code" / "build").mkdir()
+    (bundle / "code" / "build" / "out.py").write_text("x = 1\n")
+    (bundle / "code" / "build" / "more.py").write_text("y = 2\n")
     folder = tmp_path / "descriptors"
     folder.mkdir()
     assembly = {
@@ -71,7 +75,7 @@ def test_reindex_status_and_search(tmp_path: Path) -> None:
 
     code, out, err = invoke("reindex", "--descriptors", str(descriptors))
     assert code == 0, err
-    assert "kb/code: version 1 — 2 files, 2 re-indexed (2 chunks), 0 removed, 1 skipped" in out
+    assert "kb/code: version 1 — 3 files, 3 re-indexed (2 chunks), 0 removed, 1 skipped" in out  # the copy: 0
     assert "kb/guide: version 1 — 1 files, 1 re-indexed (2 chunks)" in out
     assert "guide: chunking — files 1/1" in err
     assert (descriptors / "state" / "knowledge" / "spaces" / "kb" / "guide.sqlite3").is_file()
@@ -83,9 +87,11 @@ def test_reindex_status_and_search(tmp_path: Path) -> None:
     code, out, _ = invoke("status", "--descriptors", str(descriptors), "--tenant", "acme", "--project", "support")
     assert code == 0
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("kb ")}
-    assert "1 indexed, 1 skipped" in rows["code"] and rows["code"].rstrip().endswith("ready")
+    assert "2 indexed, 1 skipped" in rows["code"] and rows["code"].rstrip().endswith("ready")
     assert "2 indexed" in rows["guide"]
     assert "kb/code: logo.png: skipped: binary file (NUL bytes)" in out
+    assert "kb/code: 2 duplicate chunk(s) dropped (the same text as an earlier chunk of the space)" in out
+    assert "kb/code: excluded build/: build output at the space root: 2 file(s)" in out
 
     code, out, _ = invoke(
         "search", "--descriptors", str(descriptors), "--bundle", "kb", "stop before upgrading", "--format", "json"

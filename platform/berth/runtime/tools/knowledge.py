@@ -6,11 +6,11 @@ a score; the hits join the sources pool, so the answer can cite them.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.knowledge.merge import search_spaces_merged
 from berth.knowledge.space import KnowledgeHit, SpaceIndex
 from berth.runtime.toolbox import RuntimeTool, ToolNotice
 from berth.runtime.turn import TurnState
@@ -35,7 +35,8 @@ class KnowledgeParams(BaseModel):
 async def search_spaces(
     spaces: list[SpaceIndex], query: str, *, limit: int, mode: Literal["hybrid", "lexical", "vector"] = "hybrid"
 ) -> tuple[list[KnowledgeHit], list[str]]:
-    """The best ``limit`` hits over ``spaces`` (each space ranked, then merged by score), and notes on
+    """The best ``limit`` hits over ``spaces`` (their candidates re-scored on one scale:
+    :mod:`berth.knowledge.merge`), and notes on
     spaces that are still being indexed for the first time or cannot list their files."""
     notes: list[str] = []
     ready: list[SpaceIndex] = []
@@ -53,9 +54,7 @@ async def search_spaces(
         if error:
             notes.append(f"space '{index.name}' could not be (re-)indexed: {error}")
         ready.append(index)
-    ranked = await asyncio.gather(*(index.search(query, limit=limit, mode=mode) for index in ready))
-    hits = sorted((hit for hits in ranked for hit in hits), key=lambda hit: -hit.score)[:limit]
-    return hits, notes
+    return await search_spaces_merged(ready, query, limit=limit, mode=mode), notes
 
 
 async def run_search_knowledge(params: BaseModel, state: TurnState) -> Any:
