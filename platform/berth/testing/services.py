@@ -8,6 +8,9 @@ third-party plugins alike)::
 
     @pytest.mark.postgres
     def test_migrations_apply(): ...
+
+Under pytest-xdist with ``--dist loadgroup`` the tests marked ``sandbox`` or ``docker`` run on one worker (see
+:data:`MACHINE_WIDE_GROUP`).
 """
 
 from __future__ import annotations
@@ -100,6 +103,27 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the service markers, so ``--strict-markers`` accepts them in any project."""
     for marker in SERVICE_MARKERS:
         config.addinivalue_line("markers", f"{marker.name}: needs {marker.needs}")
+
+
+MACHINE_WIDE_MARKERS: frozenset[str] = frozenset({"sandbox", "docker"})
+"""Markers of tests that use what one machine has once: the executor uids 61000 and up, their cgroups and
+``RLIMIT_NPROC`` count (each host process hands out the same uids), and the Docker engine's containers and image
+tags (a test checks that no container of the exec backend is left)."""
+
+MACHINE_WIDE_GROUP = "machine-wide"
+"""The ``xdist_group`` of those tests: under ``pytest-xdist --dist loadgroup`` one worker runs them all, one after
+the other, while the other workers run the rest."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist, put every test marked ``sandbox`` or ``docker`` in the :data:`MACHINE_WIDE_GROUP`
+    (before xdist reads the groups): two workers never run sandboxed programs or containers at the same time."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if any(item.get_closest_marker(name) for name in MACHINE_WIDE_MARKERS):
+            item.add_marker(pytest.mark.xdist_group(MACHINE_WIDE_GROUP))
 
 
 @pytest.hookimpl(tryfirst=True)
