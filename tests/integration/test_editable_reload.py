@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from pip_tools import pip
+from pip_tools import overlay_venv, pip
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
 
@@ -30,17 +30,21 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def tidewatch(tmp_path: Path) -> Iterator[Path]:
-    """``berth bundles new tidewatch`` then ``pip install -e tidewatch`` (uninstalled afterwards)."""
+def venv_bin(tmp_path: Path) -> Path:
+    """The ``bin`` folder of a venv of the test's own over this one (``pip_tools.overlay_venv``): what the test
+    installs there, other tests (and the project's venv) never see."""
+    return overlay_venv(tmp_path / "venv")
+
+
+@pytest.fixture
+def tidewatch(tmp_path: Path, venv_bin: Path) -> Path:
+    """``berth bundles new tidewatch`` then ``pip install -e tidewatch`` into the test's venv."""
     made = subprocess.run(
         [BERTH, "bundles", "new", "tidewatch", "--dir", str(tmp_path)], capture_output=True, text=True
     )
     assert made.returncode == 0, made.stderr
-    pip("install", "--no-deps", "--no-build-isolation", "-e", str(tmp_path / "tidewatch"))
-    try:
-        yield tmp_path / "tidewatch"
-    finally:
-        pip("uninstall", "--yes", "berth-bundle-tidewatch")
+    pip("install", "--no-deps", "--no-build-isolation", "-e", str(tmp_path / "tidewatch"), python=venv_bin / "python")
+    return tmp_path / "tidewatch"
 
 
 def generation(client: httpx.Client) -> dict[str, Any]:
@@ -61,13 +65,14 @@ def answer(client: httpx.Client, message: str) -> str:
 
 @contextmanager
 def berth_run_demo_reload(
-    workdir: Path, log_path: Path, *options: str, ready: str = "/readyz"
+    venv_bin: Path, workdir: Path, log_path: Path, *options: str, ready: str = "/readyz"
 ) -> Iterator[httpx.Client]:
-    """``berth run --demo --reload`` in ``workdir`` on a free port; a client once ``ready`` answers 200."""
+    """``berth run --demo --reload`` of the venv in ``venv_bin`` in ``workdir`` on a free port; a client once
+    ``ready`` answers 200."""
     port = free_port()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [BERTH, "run", "--demo", "--reload", "--port", str(port), *options],
+            [venv_bin / "berth", "run", "--demo", "--reload", "--port", str(port), *options],
             cwd=workdir,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -104,10 +109,10 @@ def edit_until_generation(client: httpx.Client, number: int, edit: Callable[[], 
         assert time.monotonic() < deadline, f"tidewatch never served generation {number}: {row}"
 
 
-def test_saving_tools_py_reloads_an_editable_bundle(tidewatch: Path, tmp_path: Path) -> None:
+def test_saving_tools_py_reloads_an_editable_bundle(tidewatch: Path, venv_bin: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "empty"  # no descriptors: the embedded defaults serve every installed bundle
     workdir.mkdir()
-    with berth_run_demo_reload(workdir, tmp_path / "berth.log") as client:
+    with berth_run_demo_reload(venv_bin, workdir, tmp_path / "berth.log") as client:
         assert generation(client)["generation"] == 1
         assert "`tidewatch.echo` answered: tides at dawn" in answer(client, "tides at dawn")
 
@@ -121,7 +126,9 @@ def test_saving_tools_py_reloads_an_editable_bundle(tidewatch: Path, tmp_path: P
         assert "`tidewatch.echo` answered: TIDES AT DAWN" in answer(client, "tides at dawn")
 
 
-def test_an_editable_bundle_enabled_while_the_host_runs_is_watched_too(tidewatch: Path, tmp_path: Path) -> None:
+def test_an_editable_bundle_enabled_while_the_host_runs_is_watched_too(
+    tidewatch: Path, venv_bin: Path, tmp_path: Path
+) -> None:
     descriptors = tmp_path / "descriptors"
     descriptors.mkdir()
     bundles_yaml = descriptors / "bundles.yaml"
@@ -131,7 +138,7 @@ def test_an_editable_bundle_enabled_while_the_host_runs_is_watched_too(tidewatch
     edited = tools.read_text().replace("    return text\n", "    return text.upper()\n")
     # no bundle yet, so never "ready": the host is up once it is healthy
     serving = berth_run_demo_reload(
-        descriptors, tmp_path / "berth.log", "--descriptors", str(descriptors), ready="/healthz"
+        venv_bin, descriptors, tmp_path / "berth.log", "--descriptors", str(descriptors), ready="/healthz"
     )
     with serving as client:
         assert edit_until_generation(client, 1, lambda: bundles_yaml.write_text(enabled))["state"] == "loaded"

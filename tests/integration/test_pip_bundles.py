@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from pip_tools import pip
+from pip_tools import overlay_venv, pip
 
 from berth.config import Configuration
 from berth.host.registry import BundleRegistry
@@ -21,31 +20,35 @@ BERTH = str(Path(sys.executable).parent / "berth")
 
 
 @pytest.fixture
-def scaffolded(tmp_path: Path) -> Iterator[Path]:
+def scaffolded(tmp_path: Path) -> tuple[Path, Path]:
+    """The scaffolded project and the ``bin`` folder of the venv it is ``pip install -e``'d into (a venv of the
+    test's own over this one: the project's venv is not changed, other tests never see the bundle)."""
     project = scaffold_bundle("scaffold-probe", tmp_path)
-    pip("install", "--no-deps", "--no-build-isolation", "-e", str(project))
-    try:
-        yield project
-    finally:
-        pip("uninstall", "--yes", "berth-bundle-scaffold-probe")
+    bin_folder = overlay_venv(tmp_path / "venv")
+    pip("install", "--no-deps", "--no-build-isolation", "-e", str(project), python=bin_folder / "python")
+    return project, bin_folder
 
 
-def test_a_scaffolded_bundle_installs_and_loads_unchanged(scaffolded: Path, tmp_path: Path) -> None:
+def test_a_scaffolded_bundle_installs_and_loads_unchanged(scaffolded: tuple[Path, Path], tmp_path: Path) -> None:
+    project, bin_folder = scaffolded
     descriptors = tmp_path / "descriptors"
     descriptors.mkdir()
     entry = {"source": {"entry_point": "scaffold-probe"}}
     (descriptors / "bundles.yaml").write_text(yaml.safe_dump({"bundles": {"scaffold-probe": entry}}))
     listed = subprocess.run(
-        [BERTH, "bundles", "list", "--descriptors", str(descriptors)], capture_output=True, text=True, timeout=60
+        [bin_folder / "berth", "bundles", "list", "--descriptors", str(descriptors)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert listed.returncode == 0, listed.stderr
     (row,) = [line for line in listed.stdout.splitlines() if line.startswith("scaffold-probe")]
     assert row.split()[1:5] == ["0.1.0", "entry_point:scaffold-probe", "1", "loaded"]
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(scaffolded / "tests")],
+        [bin_folder / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project / "tests")],
         capture_output=True,
         text=True,
-        cwd=scaffolded,
+        cwd=project,
         timeout=120,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr

@@ -202,6 +202,7 @@ async def list_shows_the_workers(running: Deployment) -> None:
         assert f"worker {worker}:" in out, out
 
 
+@pytest.mark.slow  # real API and worker processes through Redis restarts: .ci/run's slow step
 async def test_reloads_reach_every_process_after_redis_restarts_with_and_without_its_data(
     deployment: Deployment,
 ) -> None:
@@ -225,6 +226,7 @@ async def test_reloads_reach_every_process_after_redis_restarts_with_and_without
         assert all(task["ok"] and task["state"] == "running" for task in background.values()), background
 
 
+@pytest.mark.slow  # real API and worker processes through Redis restarts: .ci/run's slow step
 async def test_a_redis_that_stays_down_makes_readyz_name_the_dead_task_until_it_is_back(
     deployment: Deployment,
 ) -> None:
@@ -249,6 +251,7 @@ async def test_a_redis_that_stays_down_makes_readyz_name_the_dead_task_until_it_
     await reload_reaches_everyone(deployment, generation=2)
 
 
+@pytest.mark.slow  # real API and worker processes through Redis restarts: .ci/run's slow step
 async def test_a_process_that_does_not_answer_is_named_and_the_reload_exits_1(deployment: Deployment) -> None:
     paused = deployment.processes["w2"]
     paused.send_signal(signal.SIGSTOP)  # alive, reported and subscribed, but it answers nothing

@@ -502,7 +502,7 @@ class _Refresh:
             batch = pending[start : start + EMBED_BATCH]
             texts = [f"{chunk.title}\n{chunk.text[:EMBED_CHARS]}" for _, chunk in batch]
             # in a worker thread with a loop of its own: a CPU-bound embedder never stalls the caller's loop
-            embedded = await asyncio.to_thread(asyncio.run, embedder.embed(texts))
+            embedded = await asyncio.to_thread(_embed_in_a_loop_of_its_own, embedder, texts)
             for (i, _), vector in zip(batch, embedded, strict=True):
                 vectors[i].append(_normalized(vector))
             done = start + len(batch)
@@ -558,3 +558,10 @@ def _normalized(vector: Sequence[float]) -> bytes:
     array = np.asarray(vector, dtype=np.float32)
     norm = float(np.linalg.norm(array))
     return (array / norm if norm else array).astype(np.float32).tobytes()
+
+
+def _embed_in_a_loop_of_its_own(embedder: Embedder, texts: Sequence[str]) -> list[tuple[float, ...]]:
+    """``embedder.embed(texts)`` run to its end by ``asyncio.run`` (in a worker thread). The coroutine is made here,
+    in the thread: made by the caller, it would never be awaited when the caller is cancelled before the thread
+    starts (``RuntimeWarning: coroutine … was never awaited``)."""
+    return asyncio.run(embedder.embed(texts))

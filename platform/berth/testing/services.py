@@ -8,15 +8,21 @@ third-party plugins alike)::
 
     @pytest.mark.postgres
     def test_migrations_apply(): ...
+
+Tests marked ``sandbox`` or ``docker`` run one at a time on a machine (:func:`machine_wide_lock`), whatever the
+pytest-xdist workers or other runs next to them do.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import shutil
 import socket
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +106,37 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the service markers, so ``--strict-markers`` accepts them in any project."""
     for marker in SERVICE_MARKERS:
         config.addinivalue_line("markers", f"{marker.name}: needs {marker.needs}")
+
+
+MACHINE_WIDE_MARKERS: frozenset[str] = frozenset({"sandbox", "docker"})
+"""Markers of tests that use what a machine has once: the executor uids 61000 and up with their cgroups and
+``RLIMIT_NPROC`` count (every host process hands out the same uids: a fork bomb's processes count against another
+process's run), and the Docker engine's containers and image tags (a test checks that no exec container is left)."""
+
+MACHINE_WIDE_LOCK: Path = Path(tempfile.gettempdir()) / "berth-testing-machine-wide.lock"
+"""The file whose ``flock`` a test marked with one of :data:`MACHINE_WIDE_MARKERS` holds while it runs."""
+
+
+@contextmanager
+def machine_wide_lock(path: Path = MACHINE_WIDE_LOCK) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (waiting for it): one test at a time on this machine, whichever
+    process runs it — a pytest-xdist worker or another checkout's run."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # a read-only descriptor may flock
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Run a test marked ``sandbox`` or ``docker`` (set-up, call and tear-down) under :func:`machine_wide_lock`, so
+    parallel test processes take turns for the sandbox's uids and the Docker engine."""
+    if not any(item.get_closest_marker(name) for name in MACHINE_WIDE_MARKERS):
+        return (yield)
+    with machine_wide_lock():
+        return (yield)
 
 
 @pytest.hookimpl(tryfirst=True)

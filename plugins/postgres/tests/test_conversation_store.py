@@ -587,10 +587,12 @@ async def terminate(dsn: str, pids: set[int]) -> None:
 
 
 async def wait_until_blocked(admin: asyncpg.Connection, query_part: str) -> int:
-    """Return the pid of the backend waiting on a lock while running a query that contains ``query_part``."""
+    """Return the pid of the backend of ``admin``'s database waiting on a lock while running a query that contains
+    ``query_part`` (not one of another test's database: tests run in parallel on one server)."""
     for _ in range(200):
         pid = await admin.fetchval(
-            "SELECT pid FROM pg_stat_activity WHERE wait_event_type='Lock' AND position($1 in query) > 0",
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type='Lock'"
+            " AND position($1 in query) > 0",
             query_part,
         )
         if pid is not None:

@@ -146,6 +146,7 @@ async def _next_event_after(client: aioredis.Redis, turn_id: str, after: str) ->
     raise AssertionError(f"turn {turn_id} had no event for 60 s")
 
 
+@pytest.mark.slow  # real worker processes for a quarter of a minute: .ci/run's slow step
 async def test_a_killed_workers_turns_go_on_elsewhere_within_two_leases(tmp_path: Path) -> None:
     """The issue's definition of done: from ``kill -9`` of a worker running several turns to the next event of each
     of them, p90 ≤ twice the lease. Two rounds; in each, the survivors are paused (``SIGSTOP``) while the victim takes
@@ -241,6 +242,7 @@ async def _gone(queue: TurnQueue, turn_id: str) -> bool:
     return not await queue.is_queued(turn_id) and await queue.depth() == 0
 
 
+@pytest.mark.slow  # real worker processes for a quarter of a minute: .ci/run's slow step
 async def test_one_tenants_backlog_does_not_starve_another_and_max_inflight_caps_a_worker(tmp_path: Path) -> None:
     """Tenant acme queues 50 turns, then globex 2: globex's start before most of acme's. The worker is started with
     ``--concurrency 4`` and ``max_inflight_turns_per_worker: 2``: it runs two at a time."""
@@ -270,6 +272,7 @@ async def test_one_tenants_backlog_does_not_starve_another_and_max_inflight_caps
     assert "worker w1 ready: runs up to 2 queued turns" in (tmp_path / "w1.log").read_text()
 
 
+@pytest.mark.slow  # real worker processes for a quarter of a minute: .ci/run's slow step
 async def test_a_turns_last_attempt_waits_until_its_worker_runs_nothing_else(tmp_path: Path) -> None:
     """A turn whose worker died, on its last attempt (``max_turn_attempts: 2``), taken over by a worker running two
     other turns: that worker keeps it, starts no new turn, runs it once the two have ended, and only then the turn
