@@ -162,8 +162,12 @@ def test_a_budget_must_be_positive() -> None:
 
 
 async def run_turn(store: ConversationStore, scope: ConversationScope, turn_id: str, *, rounds: int = 2) -> Timeline:
-    """One whole turn through the recorder, the way the loop writes it: load, begin, a round at a time, commit."""
+    """One whole turn through the recorder, the way the loop writes it: load, begin, a round at a time, commit (on
+    queued PostgreSQL, accepted and claimed first, as the API and a worker do)."""
     handle = store.conversation(scope)
+    if getattr(store, "queued", False):
+        await handle.accept_turn(turn_id, accepted_at=T0, head=())
+        await store.claim_turn(scope, turn_id)  # type: ignore[attr-defined]
     restored = await restore_conversation(handle, now=T0)
     timeline, pool = restored.timeline, restored.sources
     recorder = TurnRecorder(handle, turn_id, base_version=restored.version, sources=pool, stored=restored.stored)
