@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from api_stack import api_stack
+from slow_bundle import WAIT, slow_bundle
 
 pytestmark = pytest.mark.usefixtures("storage_kind")
 
@@ -81,39 +82,8 @@ async def test_a_client_disconnect_does_not_cancel_the_turn(tmp_path: Path) -> N
         assert rest[-1][1] == "turn.completed"
 
 
-SLOW_BUNDLE = '''
-import asyncio
-from berth import AgentSpec, BundleInfo, hookimpl, tool
-
-@tool
-async def wait_forever() -> str:
-    """Never returns."""
-    await asyncio.Event().wait()
-    return "unreachable"
-
-@hookimpl
-def berth_bundle():
-    return BundleInfo(id="slow", version="1")
-
-@hookimpl
-def berth_agent(ctx):
-    return AgentSpec(instructions="wait")
-
-@hookimpl
-def berth_tools(ctx):
-    return [wait_forever]
-'''
-WAIT = (
-    '<channel:action>{"action": "call_tool", "tool_call": {"tool_id": "slow.wait_forever", "params": {}}}'
-    "</channel:action>"
-)
-
-
 async def test_cancel_stops_the_running_tool_and_records_the_turn_as_cancelled(tmp_path: Path) -> None:
-    folder = tmp_path / "slow"
-    folder.mkdir()
-    (folder / "__init__.py").write_text(textwrap.dedent(SLOW_BUNDLE))
-    async with api_stack(tmp_path, [WAIT], bundles={"slow": {"source": {"path": str(folder)}}}) as stack:
+    async with api_stack(tmp_path, [WAIT], bundles={"slow": slow_bundle(tmp_path)}) as stack:
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "wait")
         until_call = await stack.events(started["events_url"], limit=2)

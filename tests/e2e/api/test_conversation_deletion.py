@@ -5,13 +5,13 @@ running turn is cancelled first."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from api_stack import ApiStack, api_stack, key_hash
 from erasure_checks import conversation_routes, files_holding, postgres_rows_holding, redis_keys_naming
+from slow_bundle import WAIT, slow_bundle
 
 from berth.storage.memory import MemoryFilter
 from berth.storage.scope import OwnerScope
@@ -164,39 +164,8 @@ async def test_only_the_owner_can_delete_a_conversation(tmp_path: Path) -> None:
         assert unknown.status_code == 404
 
 
-SLOW_BUNDLE = '''
-import asyncio
-from berth import AgentSpec, BundleInfo, hookimpl, tool
-
-@tool
-async def wait_forever() -> str:
-    """Never returns."""
-    await asyncio.Event().wait()
-    return "unreachable"
-
-@hookimpl
-def berth_bundle():
-    return BundleInfo(id="slow", version="1")
-
-@hookimpl
-def berth_agent(ctx):
-    return AgentSpec(instructions="wait")
-
-@hookimpl
-def berth_tools(ctx):
-    return [wait_forever]
-'''
-WAIT = (
-    '<channel:action>{"action": "call_tool", "tool_call": {"tool_id": "slow.wait_forever", "params": {}}}'
-    "</channel:action>"
-)
-
-
 async def test_deleting_a_conversation_cancels_its_running_turn_first(tmp_path: Path) -> None:
-    folder = tmp_path / "slow"
-    folder.mkdir()
-    (folder / "__init__.py").write_text(textwrap.dedent(SLOW_BUNDLE))
-    async with api_stack(tmp_path, [WAIT], bundles={"slow": {"source": {"path": str(folder)}}}) as stack:
+    async with api_stack(tmp_path, [WAIT], bundles={"slow": slow_bundle(tmp_path)}) as stack:
         conversation = await stack.conversation()
         started = await stack.start_turn(conversation, "wait for the heliotropic launch")
         until_call = await stack.events(started["events_url"], limit=2)

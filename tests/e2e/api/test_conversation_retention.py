@@ -6,13 +6,13 @@ tiny interval and retention, awaited round by round."""
 from __future__ import annotations
 
 import asyncio
-import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from api_stack import ApiStack, api_stack
 from erasure_checks import postgres_rows_holding
+from slow_bundle import WAIT, slow_bundle
 
 from berth.default_plugins.storage.sqlite_meta import SqliteMetaStore
 from berth.storage.scope import ConversationScope
@@ -22,32 +22,6 @@ from berth.turns.retention import RetentionSweep
 pytestmark = pytest.mark.usefixtures("storage_kind")
 
 ANSWER = '<channel:action>{"action": "complete"}</channel:action><channel:answer>Done.</channel:answer>'
-WAIT = (
-    '<channel:action>{"action": "call_tool", "tool_call": {"tool_id": "slow.wait_forever", "params": {}}}'
-    "</channel:action>"
-)
-SLOW_BUNDLE = '''
-import asyncio
-from berth import AgentSpec, BundleInfo, hookimpl, tool
-
-@tool
-async def wait_forever() -> str:
-    """Never returns."""
-    await asyncio.Event().wait()
-    return "unreachable"
-
-@hookimpl
-def berth_bundle():
-    return BundleInfo(id="slow", version="1")
-
-@hookimpl
-def berth_agent(ctx):
-    return AgentSpec(instructions="wait")
-
-@hookimpl
-def berth_tools(ctx):
-    return [wait_forever]
-'''
 
 
 def sweep_of(stack: ApiStack) -> RetentionSweep:
@@ -69,10 +43,7 @@ async def status(stack: ApiStack, conversation: str, who: str = "acme", scope: s
 
 
 async def test_the_sweep_deletes_the_conversations_past_their_tenants_retention(tmp_path: Path) -> None:
-    folder = tmp_path / "slow"
-    folder.mkdir()
-    (folder / "__init__.py").write_text(textwrap.dedent(SLOW_BUNDLE))
-    bundles = {"hello": {"source": {"entry_point": "hello"}}, "slow": {"source": {"path": str(folder)}}}
+    bundles = {"hello": {"source": {"entry_point": "hello"}}, "slow": slow_bundle(tmp_path)}
     tenants = {"acme": {"retention": {"conversations_days": 30}}}  # globex keeps its conversations
     async with api_stack(tmp_path, [ANSWER, ANSWER, WAIT], bundles=bundles, tenants=tenants) as stack:
         old = await conversation_with_a_turn(stack, "the orchidtelescope plan", "acme", "acme", "support")
