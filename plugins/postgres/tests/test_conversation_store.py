@@ -10,6 +10,7 @@ from datetime import timedelta
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import pytest
 from berth_postgres.conversations import PostgresConversationStore
+from berth_postgres.testing import PostgresProxy
 from storage_builders import T0, final, head, tool_round
 
 from berth.config.errors import ConfigError
@@ -554,13 +555,17 @@ async def test_a_store_that_dies_with_its_connections_leaves_its_turns_to_be_rec
     pg_store: PostgresConversationStore, migrated: str, scope: ConversationScope
 ) -> None:
     before = await backend_pids(migrated)
-    doomed = PostgresConversationStore(migrated)
-    await doomed.open()
-    await doomed.conversation(scope).begin_turn("turn_1", started_at=T0, generation=None, head=())
-    await terminate(migrated, await backend_pids(migrated) - before)  # as if its process were killed
-    recovered = await pg_store.recover_interrupted_turns()
-    assert [(t.turn_id, t.was) for t in recovered] == [("turn_1", "running")]
-    await doomed.aclose()
+    async with PostgresProxy() as proxy:
+        doomed = PostgresConversationStore(proxy.dsn(migrated))
+        await doomed.open()
+        await doomed.conversation(scope).begin_turn("turn_1", started_at=T0, generation=None, head=())
+        # As if its process were killed: it never reconnects (a store whose owner connection drops takes its lock
+        # again, and would, here in the test's process), and its backends are gone, its owner lock with them.
+        await proxy.cut("refuse")
+        await terminate(migrated, await backend_pids(migrated) - before)
+        recovered = await pg_store.recover_interrupted_turns()
+        assert [(t.turn_id, t.was) for t in recovered] == [("turn_1", "running")]
+        await doomed.aclose()
 
 
 # -- dropped connections and concurrency ---------------------------------------------------------------
@@ -578,10 +583,12 @@ async def backend_pids(dsn: str) -> set[int]:
 
 
 async def terminate(dsn: str, pids: set[int]) -> None:
-    """Terminate these backends, as a killed process or a network cut would end them."""
+    """Terminate these backends, as a killed process or a network cut would end them, and wait (up to 10 s each)
+    until they are gone: ``pg_terminate_backend`` only signals, and a backend still exiting holds its locks (the
+    owner lock of a store whose process was killed, on a busy machine)."""
     connection = await asyncpg.connect(dsn)
     try:
-        await connection.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid", list(pids))
+        await connection.execute("SELECT pg_terminate_backend(pid, 10000) FROM unnest($1::int[]) pid", list(pids))
     finally:
         await connection.close()
 

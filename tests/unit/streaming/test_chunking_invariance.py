@@ -96,9 +96,14 @@ def cut(text: str, cuts: list[int]) -> list[str]:
 
 
 def pieces_by_stream(events: list[StreamEvent]) -> dict[tuple[str, ...], list[str]]:
-    """Emitted pieces per instance (rendered and raw), per composite field, and outside channels."""
+    """Emitted pieces per instance (rendered and raw), per composite field, and per stretch of text outside
+    channels (the text before a channel opens and the text after it closes are not one stream: in
+    ``<channel:ans<channel:answer>…</channel:answer>>`` they join to a tag that was never in the text)."""
     pieces: dict[tuple[str, ...], list[str]] = {}
+    stretch = 0
     for event in events:
+        if isinstance(event, ChannelOpened | ChannelClosed):
+            stretch += 1
         if isinstance(event, ChannelDelta):
             pieces.setdefault(("text", event.channel, str(event.instance)), []).append(event.text)
             pieces.setdefault(("raw", event.channel, str(event.instance)), []).append(event.raw)
@@ -106,7 +111,7 @@ def pieces_by_stream(events: list[StreamEvent]) -> dict[tuple[str, ...], list[st
             key = ("field", event.channel, str(event.instance), event.field)
             pieces.setdefault(key, []).append(event.text)
         elif isinstance(event, OutsideText):
-            pieces.setdefault(("outside",), []).append(event.text)
+            pieces.setdefault(("outside", str(stretch)), []).append(event.text)
     return pieces
 
 
@@ -147,6 +152,7 @@ def summary(result: StreamResult) -> object:
 @given(document=DOCUMENTS, data=st.data())
 @example(document="<channel:answer>x [[S:1]] y</channel:answer>", data=None)
 @example(document='<channel:canvas>{"a": "[[S:2]]"}</channel:canvas>', data=None)
+@example(document="<channel:ans<channel:answer></channel:answer>>", data=None)
 def test_any_chunking_emits_what_one_chunk_emits_and_never_splits_a_token(
     render: RenderRun, sources: dict[int, CitationSource], document: str, data: st.DataObject | None
 ) -> None:
