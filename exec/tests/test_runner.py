@@ -1,0 +1,73 @@
+"""The executor bootstrap runs a program as ``python3 program`` would, without importing what the program does not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from berth_exec.runner import launch_lines
+
+EXEC_ROOT = Path(__file__).resolve().parents[1]
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").is_file() else sys.executable
+"""The executors' interpreter (a venv's would import its editable installs' finders, and ``re`` with them)."""
+BOOTSTRAP = f"import sys; sys.path.insert(0, {str(EXEC_ROOT)!r}); from berth_exec.runner import main; main()"
+
+
+def run_program(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` through the bootstrap in a plain subprocess (no sandbox: the bootstrap alone is tested)."""
+    program = tmp_path / "main.py"
+    program.write_text(code)
+    launch = launch_lines("a-token", str(program), {"cpu_s": 30})
+    return subprocess.run(
+        [PYTHON, "-I", "-B", "-u", "-c", BOOTSTRAP],
+        input=launch,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=60,
+    )
+
+
+def test_the_program_is_the_main_module(tmp_path: Path) -> None:
+    done = run_program(
+        tmp_path,
+        "import sys\nprint(__name__, __file__ == sys.argv[0], sys.modules['__main__'].__dict__ is globals())\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["__main__", "True", "True"]
+
+
+def test_the_program_starts_without_pkgutil_typing_or_re(tmp_path: Path) -> None:
+    done = run_program(tmp_path, "import sys\nprint(sorted({'pkgutil', 'typing', 're', 'runpy'} & set(sys.modules)))\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_programs_own_classes_pickle_and_spawned_processes_find_them(tmp_path: Path) -> None:
+    done = run_program(
+        tmp_path,
+        "import multiprocessing, pickle\n"
+        "class Point:\n"
+        "    def __init__(self, x): self.x = x\n"
+        "def double(p): return p.x * 2\n"
+        "if __name__ == '__main__':\n"
+        "    assert pickle.loads(pickle.dumps(Point(3))).x == 3\n"
+        "    with multiprocessing.get_context('spawn').Pool(1) as pool:\n"
+        "        print(pool.map(double, [Point(1), Point(2)]))\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2, 4]"
+
+
+def test_a_raising_program_exits_1_with_its_own_traceback(tmp_path: Path) -> None:
+    done = run_program(tmp_path, "def fail():\n    raise ValueError('bad input')\nfail()\n")
+    assert done.returncode == 1
+    assert "ValueError: bad input" in done.stderr
+    assert "berth_exec/runner.py" not in done.stderr
+    assert 'main.py", line 2, in fail' in done.stderr
+
+
+def test_sys_exit_code_is_the_exit_status(tmp_path: Path) -> None:
+    assert run_program(tmp_path, "import sys\nsys.exit(7)\n").returncode == 7
