@@ -32,7 +32,11 @@ The tool-call program calls ``hello.greet`` ten times. For the arms whose superv
 (bare, local, docker split) an in-process stand-in answers it as the bundle does; for combined and fargate the
 bundle itself answers, from the descriptors the run was given.
 
-It prints median, min and max per arm (the machine is noisy) and the ratio to bare. The two arms that start a
+It prints median, min and max per arm (the machine is noisy) and the ratio to bare, then where a local run's
+time goes: the trivial program started ever closer to the full run, each step's median beside the one before
+(interpreter start alone, the bootstrap, bubblewrap's namespaces, the run's cgroups, the exec service's run folder
+and supervisor and output collection), and what a docker combined run adds to a split one (the supervisor's own
+start in the container: interpreter, imports of Berth, loading the bundle). The two arms that start a
 supervisor per run (combined, fargate) are timed ``--slow-runs`` times (default 5; 1 with ``--quick``). Targets:
 the local sandbox within 3x of the bare subprocess; docker split under 1.5 s.
 """
@@ -62,8 +66,18 @@ from berth.default_plugins.exec.local import LocalBackend, bwrap_works, package_
 from berth.execution.limits import ExecLimits
 from berth.execution.payload import SupervisorScope, supervisor_scope_of
 from berth.execution.runs import ExecService
-from berth.execution.sandbox import ExecBackend
+from berth.execution.sandbox import (
+    EXECUTOR_BOOTSTRAP,
+    EXECUTOR_FLAGS,
+    PROGRAM_NAME,
+    SANDBOX_PACKAGE_DIR,
+    SANDBOX_PROGRAM_DIR,
+    ExecBackend,
+    RunFolder,
+    SandboxRequest,
+)
 from berth.execution.supervisor import Supervisor
+from berth_exec.runner import launch_lines
 
 PYTHON = "/usr/bin/python3"
 REPO = Path(__file__).resolve().parents[1]
@@ -168,6 +182,85 @@ async def measure(runs: int, slow_runs: int, arms: dict[str, Arm]) -> list[tuple
     return [(label, name, times) for (label, name), times in rows.items()]
 
 
+async def local_breakdown(runs: int) -> list[tuple[str, float, float]]:
+    """``(step, median ms, added over the step before)`` for the trivial program, from interpreter start alone to
+    the full local run; every step is timed ``runs`` times, steps interleaved."""
+    service = ExecService(root=Path(tempfile.gettempdir()) / f"berth-exec-bench-{os.getpid()}-steps")
+    with tempfile.TemporaryDirectory() as scratch:
+        program = Path(scratch) / "main.py"
+        program.write_text(TRIVIAL)
+        launch = launch_lines("bench", str(program), ExecLimits().launch_limits()).encode()
+        bootstrap = EXECUTOR_BOOTSTRAP.replace(repr(SANDBOX_PACKAGE_DIR), repr(str(package_folder().parent)))
+        sandbox = LocalBackend(isolation="bwrap", use_cgroups=False)
+        bwrap_argv = bwrap_command(sandbox, program)
+        bwrap_launch = launch_lines("bench", f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}", ExecLimits().launch_limits())
+        steps: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+            ("interpreter start (python3 -I -c pass)", lambda: timed_process([PYTHON, *EXECUTOR_FLAGS, "-c", "pass"])),
+            (
+                "+ executor bootstrap, the program",
+                lambda: timed_process([PYTHON, *EXECUTOR_FLAGS, "-c", bootstrap], launch),
+            ),
+            ("+ bubblewrap sandbox", lambda: timed_process(bwrap_argv, bwrap_launch.encode())),
+            ("+ run folder, uid, supervisor, outputs", lambda: sandboxed(service, Arm(sandbox), TRIVIAL, False)),
+            (
+                "+ cgroups (full local run)",
+                lambda: sandboxed(service, Arm(LocalBackend(isolation="bwrap")), TRIVIAL, False),
+            ),
+        ]
+        times: dict[str, list[float]] = {}
+        for _, step in steps:
+            await step()
+        for _ in range(runs):
+            for label, step in steps:
+                times.setdefault(label, []).append(await step())
+    rows: list[tuple[str, float, float]] = []
+    before = 0.0
+    for label, _ in steps:
+        median = statistics.median(times[label]) * 1000
+        rows.append((label, median, median - before))
+        before = median
+    return rows
+
+
+def bwrap_command(backend: LocalBackend, program: Path) -> list[str]:
+    """The local backend's bubblewrap argv for a run whose program folder is ``program``'s (as this uid)."""
+    folder = RunFolder(program.parent / "run")
+    for path in (folder.work, folder.out, folder.socket_dir, folder.logs):
+        path.mkdir(parents=True, exist_ok=True)
+    folder.program.parent.mkdir(parents=True, exist_ok=True)
+    folder.program.write_text(program.read_text())
+    request = SandboxRequest("ex_bench", "hello", folder, "bench", ExecLimits(), os.getuid(), os.getgid(), False)
+    argv, _ = backend.command(request, "bwrap")
+    return argv
+
+
+async def timed_process(argv: list[str], stdin: bytes = b"") -> float:
+    """Seconds from start to end of ``argv`` fed ``stdin`` (its output discarded; it must exit 0)."""
+    started = time.perf_counter()
+    done = await asyncio.to_thread(subprocess.run, argv, input=stdin, capture_output=True, check=False)
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    return elapsed
+
+
+def print_breakdown(steps: list[tuple[str, float, float]], rows: list[tuple[str, str, list[float]]]) -> None:
+    """The local run's steps, and what docker combined adds to split."""
+    print("\nwhere a local run of the trivial program goes (medians, same run)")
+    print(f"{'step':<42}{'ms':>8}{'added':>8}")
+    for label, median, added in steps:
+        print(f"{label:<42}{median:>8.1f}{added:>+8.1f}")
+    medians = {(label, name): statistics.median(times) * 1000 for label, name, times in rows}
+    bare_ms = medians[("trivial", "bare subprocess")]
+    local_ms = medians[("trivial", "local (bwrap)")]
+    print(f"local over bare: +{local_ms - bare_ms:.1f} ms ({local_ms / bare_ms:.2f}x); target: 3x or +25 ms")
+    if ("trivial", "docker combined") in medians:
+        added = medians[("trivial", "docker combined")] - medians[("trivial", "docker split")]
+        print(
+            f"docker combined over split: +{added:.0f} ms, the supervisor's start in the container (interpreter, "
+            "Berth's imports, the bundle loaded from the run's descriptors) before the executor can start"
+        )
+
+
 def print_table(rows: list[tuple[str, str, list[float]]]) -> None:
     """Median, min, max in ms per arm, and local/bare per program."""
     print(f"{'program':<15}{'arm':<18}{'median ms':>10}{'min':>9}{'max':>9}{'x bare':>10}{'runs':>6}")
@@ -268,7 +361,9 @@ def main() -> None:
             arms |= stack.enter_context(fargate_arm(options.docker_image))
         runs, slow_runs = (3, 1) if options.quick else (options.runs, options.slow_runs)
         rows = asyncio.run(measure(runs, slow_runs, arms))
+        steps = asyncio.run(local_breakdown(runs))
     print_table(rows)
+    print_breakdown(steps, rows)
 
 
 if __name__ == "__main__":
