@@ -63,10 +63,12 @@ def limit_from_outcome(
         )
     if killed_by == signal.SIGXCPU or (killed_by == signal.SIGKILL and "SIGXCPU" in stderr_tail):
         return LimitHit("cpu_limit", "cpu_s", f"the program used its {limits.cpu_s} s of CPU time")
-    if disk_full or "No space left on device" in stderr_tail:
+    if disk_full:
         return LimitHit(
             "disk_limit", "disk_mb", f"the program filled its {limits.disk_mb} MiB of disk (work/ and out/ together)"
         )
+    if "No space left on device" in stderr_tail:  # the quota, or a disk the host cannot check (a fargate task's)
+        return LimitHit("disk_limit", "disk_mb", "the program ran out of disk space (No space left on device)")
     if killed_by == signal.SIGXFSZ or "File too large" in stderr_tail:
         return LimitHit(
             "file_size_limit", "file_size_mb", f"the program wrote a file (or output) over {limits.file_size_mb} MiB"
