@@ -17,7 +17,9 @@ import pytest
 
 from berth.default_plugins.exec.local import LocalBackend
 from berth.execution.limits import MIB, ExecLimits
+from berth.execution.quota import disk_filled, mount_run_disk, unmount_run_folder
 from berth.execution.runs import ExecService
+from berth.execution.sandbox import RunFolder
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("clean_berth_env")]
 
@@ -131,3 +133,26 @@ def test_without_cap_sys_admin_runs_go_on_without_a_quota_and_doctor_says_so(tmp
     assert "runs get no disk quota here" in ran.stderr and "no CAP_SYS_ADMIN" in ran.stderr
     quota_row = next(line for line in doctor.stdout.splitlines() if "disk quota" in line)
     assert " no " in quota_row and "no CAP_SYS_ADMIN" in quota_row, doctor.stdout
+
+
+def test_a_run_folder_whose_path_has_spaces_is_mounted_and_unmounted_whole() -> None:
+    root = Path("/tmp") / f"berth quota\ttest {os.getpid()}"  # /proc/self/mountinfo escapes both as octal
+    folder = RunFolder(root / "ex_spaces")
+    try:
+        for path in (folder.work, folder.out):
+            path.mkdir(parents=True)
+        assert mount_run_disk(folder, 1)
+        assert len(mounts_under_escaped(root)) == 3
+        assert disk_filled(folder) is False
+
+        assert unmount_run_folder(folder.root) == 3
+        assert mounts_under_escaped(root) == []
+    finally:
+        unmount_run_folder(root)
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def mounts_under_escaped(root: Path) -> list[str]:
+    """The lines of /proc/self/mounts under ``root``, whose path the kernel writes with octal escapes."""
+    escaped = str(root).replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011")
+    return [line for line in Path("/proc/self/mounts").read_text().splitlines() if f" {escaped}/" in line]
