@@ -98,6 +98,8 @@ class FargateBackend:
 
     name = BACKEND_NAME
     runs_supervisor = True
+    own_storage = True
+    """The program writes its task's ephemeral storage, not this host's run folder (no disk quota mounted here)."""
 
     def __init__(self, profile: Mapping[str, Any]) -> None:
         self.cluster: str = profile["cluster"]

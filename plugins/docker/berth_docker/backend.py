@@ -10,7 +10,8 @@ on the run's socket; the executor is a container with
 * the run's limits on the container: memory (and swap, the same), pids, CPUs, a ``/dev/shm`` of
   ``shared_memory_mb``, plus the bootstrap's rlimits inside (CPU seconds, file size, address space);
 * exactly three binds: the program folder read-only, ``work/`` and ``out/`` writable, and the socket folder
-  read-only (connecting needs no write access to the folder);
+  read-only (connecting needs no write access to the folder); ``work/`` and ``out/`` are the host's run folders,
+  so the run's disk quota (a tmpfs the host mounted there, :mod:`berth.execution.quota`) bounds them here too;
 * an environment of ``WORKDIR``, ``OUTPUT_DIR``, ``EXECUTION_ID``, ``BUNDLE_ID`` and the socket path only.
 
 The wall-time limit is the host's: at the deadline the container is killed, and every process of the run with
@@ -31,6 +32,7 @@ from typing import Any, Final, Literal
 
 from berth.execution.limits import MIB, ExecLimits
 from berth.execution.payload import launch_environment
+from berth.execution.quota import quota_finding
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
     EXECUTOR_FLAGS,
@@ -274,6 +276,7 @@ class DockerBackend:
             findings.append(DoctorFinding(f"exec image {self.image}", True, "present"))
         except Exception:  # the SDK raises ImageNotFound or an APIError
             findings.append(DoctorFinding(f"exec image {self.image}", False, "build it with `berth exec build-image`"))
+        findings.append(quota_finding())
         findings.append(DoctorFinding("isolation", True, self.isolation_summary()))
         return findings
 

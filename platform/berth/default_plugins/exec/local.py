@@ -40,6 +40,7 @@ from typing import Any, Final, Literal
 import berth_exec
 from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable, remove_empty_cgroups
 from berth.execution.limits import MIB
+from berth.execution.quota import quota_finding
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
     EXECUTOR_FLAGS,
@@ -218,6 +219,7 @@ class LocalBackend:
                 "writable" if cgroups_writable() else "/sys/fs/cgroup/{memory,pids,cpu} not writable: rlimits only",
             )
         )
+        findings.append(quota_finding())
         findings.append(
             DoctorFinding(
                 "isolation",
