@@ -396,7 +396,8 @@ class FargateBackend:
             "own network and mount namespaces in the task (the task definition must add CAP_SYS_ADMIN, "
             "CAP_SETUID, CAP_SETGID: not possible on Fargate itself)"
             if self.executor_namespaces
-            else "another uid in the task; the task's security group is its network boundary"
+            else "another uid in the task, on the task's network: its subnets, security group and endpoint "
+            "policies are the program's network boundary (docs/exec.md, 'The task's network')"
         )
         findings.append(DoctorFinding("isolation", True, f"{self.isolation}: executor has {network}"))
         return findings
