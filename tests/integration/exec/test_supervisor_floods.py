@@ -3,8 +3,9 @@
 The supervisor of a local run lives in the host's process (the API's or a worker's), as it does here: this test
 process is the host. Each test runs a hostile program in a real bubblewrap sandbox; once its flood is in place it
 calls ``t.hold``, and while that call is held the test measures this process (its resident memory, its open
-descriptors) and runs another tenant's program, whose 200 tool calls to its own supervisor are timed inside its
-sandbox. The same tenant program runs alone first, in the same test, as the baseline.
+descriptors) and runs another tenant's program, whose 400 tool calls to its own supervisor are timed inside its
+sandbox. The same tenant program runs alone before and after, in the same test: the slower of the two is the
+baseline (the machine is shared, and a sub-millisecond percentile moves with it).
 """
 
 from __future__ import annotations
@@ -133,12 +134,12 @@ from berth_exec import tools
 
 tools.call("t.echo", text="warm")
 latencies = []
-for number in range(200):
+for number in range(400):
     started = time.perf_counter()
     tools.call("t.echo", number=number)
     latencies.append(time.perf_counter() - started)
 latencies.sort()
-print(json.dumps({"p50": latencies[100], "p99": latencies[197], "calls": len(latencies)}))
+print(json.dumps({"p50": latencies[200], "p99": latencies[395], "calls": len(latencies)}))
 """
 
 
@@ -204,7 +205,7 @@ def service() -> Iterator[ExecService]:
 
 
 async def tenant_p99(service: ExecService) -> float:
-    """Another tenant's run: 200 tool calls to its own supervisor, timed in its sandbox; their 99th percentile."""
+    """Another tenant's run: 400 tool calls to its own supervisor, timed in its sandbox; their 99th percentile."""
     result = await service.run(
         textwrap.dedent(TENANT_PROGRAM),
         backend=LocalBackend(isolation="bwrap"),
@@ -219,7 +220,7 @@ async def tenant_p99(service: ExecService) -> float:
 async def flood(service: ExecService, program: str) -> FloodFigures:
     """Run the hostile ``program`` (after :data:`PRELUDE`); while it holds its flood, gauge the host and time the
     other tenant; return the figures and what the program printed last."""
-    p99_alone = await tenant_p99(service)
+    p99_before = await tenant_p99(service)
     tools = FloodTools()
     gauge = HostGauge()
     hostile = asyncio.create_task(
@@ -247,6 +248,7 @@ async def flood(service: ExecService, program: str) -> FloodFigures:
         if not hostile.done():
             hostile.cancel()
     assert run.envelope.ok, run.envelope.report_text
+    p99_alone = max(p99_before, await tenant_p99(service))
     figures = FloodFigures(
         printed=json.loads(run.envelope.user_out_tail.strip().splitlines()[-1]),
         rss_growth=gauge.rss_peak - gauge.rss_before,
