@@ -6,7 +6,7 @@ every connection is the executor's hello, which carries the run's token and may 
 executor sends a request and reads one response on the same connection; a connection may carry many calls, one at
 a time.
 
-Hello (answered ``{"id": null, "ok": true, "result": {"v": 2, "max_frame": 8388608}}``, or an error and the end of
+Hello (answered ``{"id": null, "ok": true, "result": {"v": 2, "max_frame": 1048576}}``, or an error and the end of
 the connection)::
 
     {"v": 2, "op": "hello", "token": "<run token>"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -86,8 +87,39 @@ async def receive_length(connection: socket.socket, max_frame: int, deadline: fl
 
 async def receive_body(connection: socket.socket, length: int, timeout_s: float) -> dict[str, Any]:
     """The JSON object of a frame's body of ``length`` bytes, which must all come within ``timeout_s``."""
+    return decode_body(await receive_raw_body(connection, length, timeout_s))
+
+
+async def receive_raw_body(connection: socket.socket, length: int, timeout_s: float) -> bytearray:
+    """A frame's body of ``length`` bytes, undecoded, which must all come within ``timeout_s``."""
     try:
-        body = await receive_exactly(connection, length, asyncio.get_running_loop().time() + timeout_s)
+        return await receive_exactly(connection, length, asyncio.get_running_loop().time() + timeout_s)
     except EOFError:
         raise WireError("bad_frame", f"the connection closed before the body of a frame of {length} bytes") from None
-    return decode_body(body)
+
+
+class DecodePacer:
+    """Keeps a run's decoding of large frames to a share of the host's event loop.
+
+    Decoding JSON holds the event loop (and the interpreter: a worker thread would not free it): a 1 MiB frame of
+    small values takes ~20 ms of CPU, and a program that sent them back to back would take the host from every other
+    run and request. So the run's frames over :attr:`small` bytes are decoded one at a time, and after each the run
+    waits ``(1 - share) / share`` times the CPU time the decoding took before its next large frame is decoded:
+    whatever it sends, its decoding takes at most ``share`` of the loop, in stalls no longer than one frame's.
+    """
+
+    def __init__(self, share: float = 0.2, small: int = 64 * 1024) -> None:
+        self.pause_factor = (1.0 - share) / share
+        self.small = small
+        self._turn = asyncio.Lock()
+
+    async def decode(self, body: bytearray) -> dict[str, Any]:
+        """``body``'s JSON object, paced if it is large."""
+        if len(body) <= self.small:
+            return decode_body(body)
+        async with self._turn:
+            started = time.thread_time()
+            try:
+                return decode_body(body)
+            finally:
+                await asyncio.sleep((time.thread_time() - started) * self.pause_factor)

@@ -11,9 +11,11 @@ exactly as a turn does), applies a per-call timeout and a frame cap, and answers
 It runs inside the host process (the API's or a worker's), so a run's program must not be able to make it hold
 much: at most :attr:`Supervisor.max_connections` connections of a run are accepted at a time (the next ones wait
 in the socket's short listen queue, holding none of the host's descriptors), a connection that has not said hello
-within :attr:`Supervisor.hello_timeout_s` is closed, the frames of a run hold at most
-:attr:`Supervisor.max_buffered` bytes together, and a frame (or an answer) must pass within
-:attr:`Supervisor.frame_timeout_s` once started (:mod:`berth.execution.frames`).
+within :attr:`Supervisor.hello_timeout_s` is closed, a request frame is at most :attr:`Supervisor.max_frame` bytes
+(1 MiB: decoding one holds the event loop for at most ~25 ms), the frames of a run hold at most
+:attr:`Supervisor.max_buffered` bytes together, a frame (or an answer) must pass within
+:attr:`Supervisor.frame_timeout_s` once started, and decoding a run's large frames takes at most a fifth of the
+event loop (:class:`~berth.execution.frames.DecodePacer`; :mod:`berth.execution.frames`).
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from berth.execution.frames import ByteAllowance, receive_body, receive_length
-from berth_exec.wire import DEFAULT_MAX_FRAME, HELLO_MAX_FRAME, PROTOCOL_VERSION, WireError, encode_frame
+from berth.execution.frames import ByteAllowance, DecodePacer, receive_body, receive_length, receive_raw_body
+from berth_exec.wire import HELLO_MAX_FRAME, PROTOCOL_VERSION, WireError, encode_frame
 
 logger = logging.getLogger(__name__)
+
+MAX_REQUEST_FRAME: Final = 1024 * 1024
+"""The largest frame a program may send: a tool's params; files go through ``work/`` and ``out/``."""
 
 PEERCRED = struct.Struct("3i")
 
@@ -86,10 +91,11 @@ class Supervisor:
     executor_uid: int | None
     dispatch: ToolDispatch
     call_timeout_s: float = 60.0
-    max_frame: int = DEFAULT_MAX_FRAME
+    max_frame: int = MAX_REQUEST_FRAME
+    """The largest request frame (the supervisor's answers may be up to the wire's 8 MiB)."""
     max_connections: int = 8
     """Connections of the run served at a time; the next ones wait in the listen queue until one ends."""
-    max_buffered: int = 2 * DEFAULT_MAX_FRAME
+    max_buffered: int = 4 * MAX_REQUEST_FRAME
     """Bytes the run's unanswered frames may hold together, across its connections."""
     hello_timeout_s: float = 10.0
     """How long a new connection has to say hello."""
@@ -106,6 +112,7 @@ class Supervisor:
         if self.max_frame > self.max_buffered:
             raise ValueError(f"max_frame ({self.max_frame}) is over max_buffered ({self.max_buffered})")
         self._allowance = ByteAllowance(self.max_buffered)
+        self._pacer = DecodePacer()
 
     async def start(self) -> None:
         """Listen on the socket (mode 0666: the peer uid check, not the file mode, decides who is served)."""
@@ -179,7 +186,8 @@ class Supervisor:
                     try:
                         length = await receive_length(connection, self.max_frame, None, self.frame_timeout_s)
                         async with self._allowance.holding(length):
-                            request = await receive_body(connection, length, self.frame_timeout_s)
+                            body = await receive_raw_body(connection, length, self.frame_timeout_s)
+                            request = await self._pacer.decode(body)
                             answer = await self._answer(request)
                             await self._send(connection, answer)
                     except EOFError:

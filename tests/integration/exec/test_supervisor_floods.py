@@ -271,7 +271,7 @@ def assert_harmless(figures: FloodFigures) -> None:
     assert figures.p99_flooded < P99_FACTOR * figures.p99_alone, (figures.p99_alone, figures.p99_flooded)
 
 
-async def test_a_hundred_stalled_eight_mib_frames_hold_at_most_the_runs_allowance(service: ExecService) -> None:
+async def test_a_hundred_stalled_frames_hold_at_most_the_runs_allowance(service: ExecService) -> None:
     figures = await flood(
         service,
         """
@@ -285,7 +285,7 @@ async def test_a_hundred_stalled_eight_mib_frames_hold_at_most_the_runs_allowanc
             except BlockingIOError:  # the supervisor's listen queue is full
                 queue_full += 1
                 sock.close()
-        push(connections, hello() + unfinished(8 * 1024 * 1024 - 64))
+        push(connections, hello() + unfinished(1024 * 1024 - 64))  # each as large as a request may be
         tools.call("t.hold")
         print(json.dumps({"connected": len(connections), "queue_full": queue_full}))
         """,
@@ -366,7 +366,7 @@ async def test_a_deeply_nested_frame_is_a_bad_request_found_without_recursion(se
             message = json.loads(data)
             return "ok" if message.get("ok") else message["error"]["code"]
 
-        first = deep_call(4 * 1024 * 1024 - 64)  # an 8 MiB frame of brackets
+        first = deep_call(512 * 1024 - 64)  # a 1 MiB frame of brackets, the largest a request may be
         codes = set()
         stop = threading.Event()
 
@@ -434,3 +434,47 @@ async def test_frames_without_the_token_are_never_buffered_beyond_the_hello_cap(
         "wrong_token": ["unauthorized"],
         "big_hello": ["payload_too_large"],
     }
+
+
+async def test_a_stream_of_big_valid_frames_does_not_stall_the_hosts_event_loop(service: ExecService) -> None:
+    figures = await flood(
+        service,
+        """
+        # 1 MiB frames (the largest a request may be) of small values (the costliest JSON to decode), sent back to
+        # back on several connections
+        # with the run's token, each for a tool the bundle does not have (the answer is small: only the decoding
+        # costs the host)
+        params = b'{"xs":[' + b"0," * (512 * 1024 - 64) + b'0]}'
+        body = b'{"v":2,"id":1,"op":"call","tool_id":"t.nope","params":' + params + b"}"
+        request = struct.pack(">I", len(body)) + body
+        stop = threading.Event()
+        answers = []
+
+        def keep_sending():
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(PATH)
+            sock.sendall(hello())
+            reader = sock.makefile("rb")
+            def read_answer():
+                (length,) = struct.unpack(">I", reader.read(4))
+                return json.loads(reader.read(length))
+            read_answer()
+            while not stop.is_set():
+                sock.sendall(request)
+                answers.append(read_answer()["error"]["code"])
+            sock.close()
+
+        senders = [threading.Thread(target=keep_sending) for _ in range(3)]
+        for sender in senders:
+            sender.start()
+        while len(answers) < 3:
+            time.sleep(0.01)
+        tools.call("t.hold")
+        stop.set()
+        for sender in senders:
+            sender.join()
+        print(json.dumps({"answers": len(answers), "codes": sorted(set(answers))}))
+        """,
+    )
+    assert_harmless(figures)
+    assert figures.printed["codes"] == ["tool_not_allowed"]

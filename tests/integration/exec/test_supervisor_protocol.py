@@ -140,7 +140,7 @@ async def test_answers_are_json_objects_with_the_id(supervisor: Supervisor) -> N
     def exchange() -> dict[str, Any]:
         with connected(supervisor) as sock:
             welcome = say_hello(sock)
-            assert welcome == {"id": None, "ok": True, "result": {"v": 2, "max_frame": 8 * 1024 * 1024}}
+            assert welcome == {"id": None, "ok": True, "result": {"v": 2, "max_frame": 1024 * 1024}}
             body = json.dumps({"v": 2, "id": 3, "op": "call", "tool_id": "t.echo", "params": {"a": [1]}}).encode()
             sock.sendall(struct.pack(">I", len(body)) + body)
             return receive_frame(sock)
