@@ -50,6 +50,7 @@ from berth.execution.sandbox import (
     executor_options,
     signal_of_status,
 )
+from berth.execution.waits import in_own_thread
 from berth.hooks import hookimpl
 from berth_docker.engine import (
     CONTAINER_LABEL,
@@ -157,9 +158,8 @@ class DockerBackend:
             await asyncio.to_thread(container.start, launch)
             logs = request.folder.logs
             limit = request.limits.file_size_mb * MIB
-            pumping = asyncio.ensure_future(
-                asyncio.to_thread(container.pump_output, logs / "stdout", logs / "stderr", limit)
-            )
+            # the output stream and the wait last as long as the run: each in a thread of its own, not a pool's
+            pumping = in_own_thread(container.pump_output, logs / "stdout", logs / "stderr", limit)
             timed_out = False
             try:
                 await asyncio.wait_for(asyncio.shield(pumping), request.limits.timeout_s)
@@ -170,7 +170,7 @@ class DockerBackend:
             except asyncio.CancelledError:
                 await asyncio.to_thread(container.kill)
                 raise
-            end = await asyncio.to_thread(container.wait)
+            end = await in_own_thread(container.wait)
         except EngineError as error:
             return SandboxOutcome(None, None, False, time.monotonic() - started, isolation, failure=str(error))
         finally:
