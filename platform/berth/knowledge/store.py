@@ -33,6 +33,7 @@ __all__ = [
     "SpaceStoreFactory",
     "VectorMatrix",
     "identifier_words",
+    "indexed_fields",
     "query_words",
 ]
 
@@ -126,7 +127,9 @@ def camel_parts(word: str) -> list[str]:
 def identifier_words(text: str) -> str:
     """The parts of the camel-case identifiers in ``text`` (``KnowledgeIndex`` → ``Knowledge Index``), so a
     lexical query in plain words finds them (``snake_case`` is split by the tokenizer already)."""
-    return " ".join(part for word in set(_WORD.findall(text)) for part in camel_parts(word))
+    # each word once, in the order of its first occurrence: a contentless index deletes a row by restating
+    # exactly what it indexed, so this must not depend on set order (PYTHONHASHSEED)
+    return " ".join(part for word in dict.fromkeys(_WORD.findall(text)) for part in camel_parts(word))
 
 
 def query_words(query: str) -> list[str]:
@@ -140,6 +143,16 @@ def query_words(query: str) -> list[str]:
     for word in kept:
         expanded.extend(part.lower() for part in camel_parts(word))
     return list(dict.fromkeys(expanded))
+
+
+def indexed_fields(title: str, path: str, text: str) -> tuple[str, str, str]:
+    """What the lexical index holds of a chunk: its title, path and text with the parts of their camel-case
+    identifiers (deterministic: the SQLite index deletes a row by restating exactly these values)."""
+    return (
+        title + " " + identifier_words(title),
+        path_words(path),
+        text + "\n" + identifier_words(title + " " + text),
+    )
 
 
 def path_words(path: str) -> str:

@@ -1,9 +1,11 @@
 """The PostgreSQL :class:`~berth.knowledge.store.SpaceStore`: knowledge indexes shared by every host.
 
-Tables of migration ``0005_knowledge``: ``knowledge_spaces`` (version and meta per bundle space),
-``knowledge_files`` and ``knowledge_chunks`` (a weighted ``tsvector`` under a GIN index for lexical ranking;
-embeddings as ``real[]``, ranked by the host with one numpy product per query over the version's matrix,
-loaded once per version). A refresh holds a session advisory lock keyed by the space, so one host indexes a
+Tables of migrations ``0005_knowledge`` and ``0007_knowledge_terms``: ``knowledge_spaces`` (version, meta and
+number of chunks per bundle space), ``knowledge_files`` and ``knowledge_chunks`` (a weighted ``tsvector`` under a
+GIN index for lexical ranking; embeddings as ``real[]`` — only a semantic embedder's —, ranked by the host with
+one numpy product per query over the version's matrix, loaded once per version), and ``knowledge_terms`` (how
+many chunks of the space hold each lexeme: the document frequencies of the lexical ranking, kept by each
+refresh's transaction). A refresh holds a session advisory lock keyed by the space, so one host indexes a
 space and every other finds it done; its writes are one transaction, so readers keep the previous version
 until it commits.
 
@@ -26,8 +28,7 @@ from berth.knowledge.store import (
     FileRecord,
     FileUpdate,
     VectorMatrix,
-    identifier_words,
-    path_words,
+    indexed_fields,
     query_words,
 )
 from berth_postgres.pool import StorePool
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REQUIRED_MIGRATION", "PostgresKnowledgeStores", "PostgresSpaceStore", "create_knowledge_stores"]
 
-REQUIRED_MIGRATION: Final = "0005_knowledge"
+REQUIRED_MIGRATION: Final = "0007_knowledge_terms"
 _MAX_QUERY_WORDS: Final = 32
 _LABEL_WEIGHTS: Final = [0.33, 0.0, 0.67, 1.0]
 """``ts_rank``'s weights of the labels D (text), C (unused), B (path), A (title)."""
@@ -55,6 +56,20 @@ _INSERT_CHUNK: Final = (
     "INSERT INTO knowledge_chunks (space_id, path, anchor, title, text, first_line, last_line, kind, vector, "  # noqa: S608 - constants of this module
     f"document) VALUES ($4, $5, $6, $7, $8, $9, $10, $11, $12, {_DOCUMENT})"
 )
+
+_FORGET_TERMS: Final = (
+    "WITH gone AS (SELECT term, count(*) AS n FROM knowledge_chunks, unnest(tsvector_to_array(document)) AS term "
+    "WHERE space_id = $1 AND path = ANY($2::text[]) GROUP BY term) "
+    "UPDATE knowledge_terms k SET chunks = k.chunks - gone.n FROM gone WHERE k.space_id = $1 AND k.term = gone.term"
+)
+"""Take the chunks of these paths (about to be deleted) out of the space's document frequencies."""
+_COUNT_TERMS: Final = (
+    "INSERT INTO knowledge_terms (space_id, term, chunks) "
+    "SELECT $1, term, count(*) FROM knowledge_chunks, unnest(tsvector_to_array(document)) AS term "
+    "WHERE space_id = $1 AND path = ANY($2::text[]) GROUP BY term "
+    "ON CONFLICT (space_id, term) DO UPDATE SET chunks = knowledge_terms.chunks + EXCLUDED.chunks"
+)
+"""Add the chunks of these paths (just inserted) to the space's document frequencies."""
 
 
 class PostgresKnowledgeStores:
@@ -73,7 +88,7 @@ class PostgresKnowledgeStores:
         return PostgresSpaceStore(self, bundle_id, space)
 
     async def pool(self) -> StorePool:
-        """The open pool (a schema behind ``0005_knowledge`` is refused: run ``berth migrate``)."""
+        """The open pool (a schema behind ``0007_knowledge_terms`` is refused: run ``berth migrate``)."""
         if not self._opened:
             async with self._opening:
                 if not self._opened:
@@ -198,16 +213,17 @@ class PostgresSpaceStore:
         if not words:
             return []
         terms = ["'" + word.replace("'", "''") + "'" for word in words]
+        # a word the parser splits into several lexemes (a phrase) is as rare as its rarest lexeme, at most
         frequencies = await self._fetch(
-            "SELECT t.n, (SELECT count(*) FROM knowledge_chunks c WHERE c.space_id = $1 "
-            "AND c.document @@ to_tsquery('english', t.term)) AS df, "
-            "(SELECT count(*) FROM knowledge_chunks c WHERE c.space_id = $1) AS total "
-            "FROM unnest($2::text[]) WITH ORDINALITY AS t(term, n)",
-            terms,
+            "SELECT t.n, (SELECT min(k.chunks) FROM unnest(tsvector_to_array(to_tsvector('english', t.word))) AS l "
+            "JOIN knowledge_terms k ON k.space_id = $1 AND k.term = l) AS df, "
+            "(SELECT chunks FROM knowledge_spaces WHERE id = $1) AS total "
+            "FROM unnest($2::text[]) WITH ORDINALITY AS t(word, n)",
+            words,
         )
         weights = [0.0] * len(terms)
         for row in frequencies:
-            total, df = int(row["total"]), int(row["df"])
+            total, df = int(row["total"]), int(row["df"] or 0)
             weights[int(row["n"]) - 1] = math.log(1 + (total - df + 0.5) / (df + 0.5)) if df else 0.0
         kept = [(term, weight) for term, weight in zip(terms, weights, strict=True) if weight > 0]
         if not kept:
@@ -268,6 +284,7 @@ class PostgresSpaceStore:
         pool = await self._stores.pool()
 
         async def work(connection: Any) -> int:
+            await connection.execute(_FORGET_TERMS, space_id, gone)
             await connection.execute(
                 "DELETE FROM knowledge_chunks WHERE space_id = $1 AND path = ANY($2::text[])", space_id, gone
             )
@@ -281,13 +298,15 @@ class PostgresSpaceStore:
                   len(u.chunks)) for u in updates],
             )  # fmt: skip
             await connection.executemany(_INSERT_CHUNK, list(_chunk_rows(space_id, updates)))
+            await connection.execute(_COUNT_TERMS, space_id, [update.record.path for update in updates])
+            await connection.execute("DELETE FROM knowledge_terms WHERE space_id = $1 AND chunks <= 0", space_id)
             await connection.executemany(
                 "UPDATE knowledge_files SET stat = $3 WHERE space_id = $1 AND path = $2",
                 [(space_id, record.path, record.stat) for record in touched],
             )
             row = await connection.fetchrow(
-                "UPDATE knowledge_spaces SET version = version + 1, meta = meta || $2::jsonb WHERE id = $1 "
-                "RETURNING version",
+                "UPDATE knowledge_spaces SET version = version + 1, meta = meta || $2::jsonb, "
+                "chunks = (SELECT count(*) FROM knowledge_chunks WHERE space_id = $1) WHERE id = $1 RETURNING version",
                 space_id,
                 json.dumps({**meta, "indexed_at": str(await connection.fetchval("SELECT extract(epoch FROM now())"))}),
             )
@@ -314,8 +333,7 @@ def _chunk_rows(space_id: int, updates: Sequence[FileUpdate]) -> Iterable[tuple[
     for update in updates:
         vectors = list(update.vectors) or [None] * len(update.chunks)
         for chunk, vector in zip(update.chunks, vectors, strict=True):
-            title = chunk.title + " " + identifier_words(chunk.title)
-            body = chunk.text + "\n" + identifier_words(chunk.title + " " + chunk.text)
+            title, path, body = indexed_fields(chunk.title, chunk.path, chunk.text)
             values = np.frombuffer(vector, dtype=np.float32).tolist() if vector is not None else None
-            yield (title, path_words(chunk.path), body, space_id, chunk.path, chunk.anchor, chunk.title,
+            yield (title, path, body, space_id, chunk.path, chunk.anchor, chunk.title,
                    chunk.text, chunk.first_line, chunk.last_line, chunk.kind, values)  # fmt: skip
