@@ -40,10 +40,18 @@ if TYPE_CHECKING:
 
     from berth.host.connections import DistributedConnections
 
-__all__ = ["REQUIRED_MIGRATION", "PostgresKnowledgeStores", "PostgresSpaceStore", "create_knowledge_stores"]
+__all__ = [
+    "COMMON_CHUNKS",
+    "REQUIRED_MIGRATION",
+    "PostgresKnowledgeStores",
+    "PostgresSpaceStore",
+    "create_knowledge_stores",
+]
 
 REQUIRED_MIGRATION: Final = "0007_knowledge_terms"
 _MAX_QUERY_WORDS: Final = 32
+COMMON_CHUNKS: Final = 1_000
+"""A query word in this many chunks of a space is common: its ranks are computed only when needed."""
 _LABEL_WEIGHTS: Final = [0.33, 0.0, 0.67, 1.0]
 """``ts_rank``'s weights of the labels D (text), C (unused), B (path), A (title)."""
 _LOCK_NAMESPACE: Final = 0x6B6E6F77  # 'know': keeps the space locks apart from other advisory locks
@@ -76,9 +84,20 @@ class PostgresKnowledgeStores:
     """Opens the stores of every space over one connection pool (opened on first use)."""
 
     def __init__(
-        self, dsn: str, *, min_size: int = 1, max_size: int = 4, retry_budget_s: float = DEFAULT_RETRY_BUDGET_S
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+        common_chunks: int = COMMON_CHUNKS,
     ) -> None:
+        """
+        :param common_chunks: a query word in this many chunks of a space is common (see
+            :meth:`PostgresSpaceStore.lexical`).
+        """
         self.dsn = dsn
+        self.common_chunks = common_chunks
         self._pool = StorePool(dsn, min_size=min_size, max_size=max_size, retry_budget_s=retry_budget_s)
         self._opened = False
         self._opening = asyncio.Lock()
@@ -221,25 +240,45 @@ class PostgresSpaceStore:
             "FROM unnest($2::text[]) WITH ORDINALITY AS t(word, n)",
             words,
         )
-        weights = [0.0] * len(terms)
+        scored: list[tuple[str, float, int]] = []
         for row in frequencies:
             total, df = int(row["total"]), int(row["df"] or 0)
-            weights[int(row["n"]) - 1] = math.log(1 + (total - df + 0.5) / (df + 0.5)) if df else 0.0
-        kept = [(term, weight) for term, weight in zip(terms, weights, strict=True) if weight > 0]
-        if not kept:
+            if df:
+                scored.append((terms[int(row["n"]) - 1], math.log(1 + (total - df + 0.5) / (df + 0.5)), df))
+        if not scored:
             return []
+        # Exact pruning: a chunk holding only the common words (every one in half the space, say) scores less than
+        # the sum of their weights (each word's saturated rank is below 1). First rank the chunks holding a rarer
+        # word (by every word); when the last of them still beats that sum, no chunk of common words only can
+        # enter, and their ranks — most of the work — are never computed.
+        scored.sort(key=lambda item: -item[1])
+        common = [weight for _, weight, df in scored if df >= self._stores.common_chunks]
+        rare = [term for term, _, df in scored if df < self._stores.common_chunks]
+        if common and rare:
+            rows = await self._rank(scored, limit, among=rare)
+            if len(rows) >= limit and rows[-1][1] > sum(common):
+                return rows
+        return await self._rank(scored, limit)
+
+    async def _rank(
+        self, scored: Sequence[tuple[str, float, int]], limit: int, among: Sequence[str] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``limit`` best chunks by the sum of each term's weighted ``ts_rank`` (of the chunks holding one of
+        the terms ``among``, when given). Each rank is computed before the grouping (OFFSET 0), so the sort
+        carries ids and numbers, not documents. Scores are compared to 9 decimals: the sum's order of terms (the
+        plan's) never breaks a tie that the id should."""
         rows = await self._fetch(
-            "SELECT c.id, sum(ts_rank($6::float4[], c.document, to_tsquery('english', t.term), 32) * t.weight) "
-            "AS score "
+            "SELECT id, sum(s) AS score FROM (SELECT c.id, "
+            "ts_rank($5::float4[], c.document, to_tsquery('english', t.term), 32) * t.weight AS s "
             "FROM knowledge_chunks c, unnest($2::text[], $3::float8[]) AS t(term, weight) "
-            "WHERE c.space_id = $1 AND c.document @@ to_tsquery('english', $4) "
-            "AND c.document @@ to_tsquery('english', t.term) "
-            "GROUP BY c.id ORDER BY score DESC, c.id LIMIT $5",
-            [term for term, _ in kept],
-            [weight for _, weight in kept],
-            " | ".join(term for term, _ in kept),
+            "WHERE c.space_id = $1 AND c.document @@ to_tsquery('english', t.term) "
+            "AND ($6::text IS NULL OR c.document @@ to_tsquery('english', $6::text)) OFFSET 0) AS ranks "
+            "GROUP BY id ORDER BY round(sum(s)::numeric, 9) DESC, id LIMIT $4",
+            [term for term, _, _ in scored],
+            [weight for _, weight, _ in scored],
             limit,
             _LABEL_WEIGHTS,
+            None if among is None else " | ".join(among),
         )
         return [(int(row["id"]), float(row["score"])) for row in rows]
 

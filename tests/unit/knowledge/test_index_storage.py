@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from berth.bundle.knowledge import KnowledgeSpace, MarkdownFolder, SourceTree
+from berth.knowledge.chunks import Chunk
 from berth.knowledge.service import KnowledgeService
+from berth.knowledge.sources import SourceFile
 from berth.knowledge.space import SpaceIndex
 from berth.knowledge.sqlite_store import SCHEMA_VERSION
 from berth.knowledge.store import SpaceStoreFactory
@@ -275,6 +277,43 @@ async def test_postgres_keeps_its_document_frequencies_with_the_index(tmp_path: 
             await connection.close()
         await index.aclose()
         await stores.aclose()
+
+
+class Synthetic:
+    """``count`` one-chunk files: every one holds ``common``, every tenth ``rare``, every hundredth ``rarest``."""
+
+    def __init__(self, count: int) -> None:
+        self.texts = [
+            f"common word {i}" + (" rare" if i % 10 == 0 else "") + (" rarest rarest" if i % 100 == 0 else "")
+            for i in range(count)
+        ]
+
+    def files(self) -> Iterable[SourceFile]:
+        """One file per chunk."""
+        for i, text in enumerate(self.texts):
+            yield SourceFile(f"f{i:05d}.txt", str(i), len(text), data=text.encode())
+
+    def chunk(self, file: SourceFile, data: bytes) -> tuple[list[Chunk], str | None]:
+        """The file is one chunk."""
+        return [Chunk(file.path, "all", file.path, data.decode(), 1, 1, "window")], None
+
+
+@pytest.mark.postgres
+async def test_postgres_ranks_common_words_only_when_they_could_change_the_top(tmp_path: Path) -> None:
+    from berth_postgres.knowledge import PostgresKnowledgeStores
+    from berth_postgres.testing import async_scratch_database
+
+    async with async_scratch_database() as dsn:
+        pruning, exhaustive = PostgresKnowledgeStores(dsn, common_chunks=100), PostgresKnowledgeStores(dsn)
+        space = KnowledgeSpace(name="synthetic", indexer=Synthetic(1_200))
+        index = KnowledgeService(tmp_path / "a", stores=pruning).open("bundle", space)
+        await index.refresh()
+        every = KnowledgeService(tmp_path / "b", stores=exhaustive).open("bundle", space)
+        for query in ("common rarest", "common rare", "common word rare rarest", "common"):
+            for limit in (5, 50):
+                assert await index.store.lexical(query, limit) == await every.store.lexical(query, limit), query
+        await pruning.aclose()
+        await exhaustive.aclose()
 
 
 TOPICS = {
