@@ -165,6 +165,7 @@ class SpaceIndex:
         self.first_index_wait_s = first_index_wait_s
         self._stop = threading.Event()
         self._refreshing: asyncio.Task[RefreshReport] | None = None
+        self._warming: asyncio.Task[None] | None = None
         self._last_check = 0.0
         self._first_done: asyncio.Event | None = None
         self.last_report: RefreshReport | None = None
@@ -196,7 +197,19 @@ class SpaceIndex:
         finally:
             self._first_event().set()
         self.last_report = report
+        if self.fuses_vectors and report.version and (self._warming is None or self._warming.done()):
+            self._warming = asyncio.ensure_future(self._load_vectors())
         return report
+
+    async def _load_vectors(self) -> None:
+        """Have the store load the committed version's vectors (it keeps them per version), so the first vector
+        search after a refresh does not wait for it (seconds at a few hundred thousand chunks)."""
+        import numpy as np
+
+        try:
+            await self.store.nearest(np.zeros(self.embedder.dimensions, dtype=np.float32), 1)
+        except Exception:  # the search that needs them reports what is wrong
+            log.debug("knowledge %s: loading the vectors failed", self.name, exc_info=True)
 
     def refresh_in_background(self) -> asyncio.Task[RefreshReport]:
         """Start a refresh unless one is running; the current version serves meanwhile."""
@@ -227,13 +240,13 @@ class SpaceIndex:
 
     async def aclose(self) -> None:
         """Cancel a running background refresh (nothing of it is written; a batch already in a worker thread
-        finishes there and stops) and close the store."""
+        finishes there and stops) or loading of vectors, and close the store."""
         self._stop.set()
-        running = self._refreshing
-        if running is not None and not running.done():
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await running
+        for running in (self._refreshing, self._warming):
+            if running is not None and not running.done():
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await running
         await self.store.aclose()
 
     # -- searching -----------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class SqliteSpaceStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._loading = threading.Lock()
         self._connection: sqlite3.Connection | None = None
         self._vectors: VectorMatrix | None = None
 
@@ -197,12 +198,13 @@ class SqliteSpaceStore:
         return [(int(rowid), float(score)) for rowid, score in rows]
 
     def _vector_matrix(self) -> VectorMatrix:
-        version = int(self._meta().get("version", "0"))
-        cached = self._vectors
-        if cached is None or cached.version != version:
-            cached = VectorMatrix.build(version, self._read("SELECT id, vector FROM chunks WHERE vector IS NOT NULL"))
-            self._vectors = cached
-        return cached
+        with self._loading:  # one load per version: a search waits for the one loading after a refresh
+            version = int(self._meta().get("version", "0"))
+            cached = self._vectors
+            if cached is None or cached.version != version:
+                rows = self._read("SELECT id, vector FROM chunks WHERE vector IS NOT NULL")
+                cached = self._vectors = VectorMatrix.build(version, rows)
+            return cached
 
     async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
         """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept)."""

@@ -136,6 +136,7 @@ class PostgresSpaceStore:
         self.space = space
         self._space_id: int | None = None
         self._vectors: VectorMatrix | None = None
+        self._loading = asyncio.Lock()
 
     async def _id(self) -> int:
         """The space's row id (the row is made on first use)."""
@@ -264,36 +265,44 @@ class PostgresSpaceStore:
         self, scored: Sequence[tuple[str, float, int]], limit: int, among: Sequence[str] | None = None
     ) -> list[tuple[int, float]]:
         """The ``limit`` best chunks by the sum of each term's weighted ``ts_rank`` (of the chunks holding one of
-        the terms ``among``, when given). Each rank is computed before the grouping (OFFSET 0), so the sort
-        carries ids and numbers, not documents. Scores are compared to 9 decimals: the sum's order of terms (the
+        the terms ``among``, when given). One branch per term, each reading that term's postings from the GIN
+        index whatever the planner's statistics (a space just indexed has none: a join over the terms scanned
+        every chunk of the space per term); each rank is computed before the grouping, so the sort carries ids
+        and numbers, not documents. Scores are compared to 9 decimals: the order the sum adds its terms in (the
         plan's) never breaks a tie that the id should."""
+        arguments: list[Any] = [value for term, weight, _ in scored for value in (term, weight)]
+        within = ""
+        if among is not None:
+            arguments.append(" | ".join(among))
+            within = f" AND document @@ to_tsquery('english', ${len(arguments) + 3})"
+        branches = " UNION ALL ".join(
+            f"SELECT id, ts_rank($3::float4[], document, to_tsquery('english', ${4 + 2 * i}), 32) "  # noqa: S608 - '$n' marks only
+            f"* ${5 + 2 * i}::float8 AS s FROM knowledge_chunks WHERE space_id = $1 "
+            f"AND document @@ to_tsquery('english', ${4 + 2 * i}){within}"
+            for i in range(len(scored))
+        )
         rows = await self._fetch(
-            "SELECT id, sum(s) AS score FROM (SELECT c.id, "
-            "ts_rank($5::float4[], c.document, to_tsquery('english', t.term), 32) * t.weight AS s "
-            "FROM knowledge_chunks c, unnest($2::text[], $3::float8[]) AS t(term, weight) "
-            "WHERE c.space_id = $1 AND c.document @@ to_tsquery('english', t.term) "
-            "AND ($6::text IS NULL OR c.document @@ to_tsquery('english', $6::text)) OFFSET 0) AS ranks "
-            "GROUP BY id ORDER BY round(sum(s)::numeric, 9) DESC, id LIMIT $4",
-            [term for term, _, _ in scored],
-            [weight for _, weight, _ in scored],
+            f"SELECT id, sum(s) AS score FROM ({branches}) AS ranks "  # noqa: S608 - '$n' marks only
+            "GROUP BY id ORDER BY round(sum(s)::numeric, 9) DESC, id LIMIT $2",
             limit,
             _LABEL_WEIGHTS,
-            None if among is None else " | ".join(among),
+            *arguments,
         )
         return [(int(row["id"]), float(row["score"])) for row in rows]
 
     async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
         """Chunk ids by cosine similarity over the committed version's vectors (loaded once per version)."""
-        version = await self.version()
-        cached = self._vectors
-        if cached is None or cached.version != version:
-            import numpy as np  # with the first vector search: a worker's start does not need numpy
+        async with self._loading:  # one load per version: a search waits for the one loading after a refresh
+            version = await self.version()
+            cached = self._vectors
+            if cached is None or cached.version != version:
+                import numpy as np  # with the first vector search: a worker's start does not need numpy
 
-            rows = await self._fetch(
-                "SELECT id, vector FROM knowledge_chunks WHERE space_id = $1 AND vector IS NOT NULL"
-            )
-            packed = [(int(row["id"]), np.asarray(row["vector"], dtype=np.float32).tobytes()) for row in rows]
-            cached = self._vectors = VectorMatrix.build(version, packed)
+                rows = await self._fetch(
+                    "SELECT id, vector FROM knowledge_chunks WHERE space_id = $1 AND vector IS NOT NULL"
+                )
+                packed = [(int(row["id"]), np.asarray(row["vector"], dtype=np.float32).tobytes()) for row in rows]
+                cached = self._vectors = VectorMatrix.build(version, packed)
         return cached.nearest(vector, limit)
 
     # -- writing -------------------------------------------------------------------------------------
