@@ -279,11 +279,11 @@ def unshare_command():
 def square(n):
     return n * n
 
-attacks = {
+attacks = {  # in this order: once unshare(CLONE_NEWUSER) is allowed, the process is root in its new namespace
     "unshare -U": unshare_command(),
+    "clone(CLONE_NEWUSER)": clone_new_user(),
     "unshare(CLONE_NEWUSER)": outcome(libc.unshare(CLONE_NEWUSER)),
     "unshare(CLONE_NEWNS)": outcome(libc.unshare(CLONE_NEWNS)),
-    "clone(CLONE_NEWUSER)": clone_new_user(),
     "mount": outcome(libc.mount(b"none", os.environ["WORKDIR"].encode(), b"tmpfs", 0, None)),
     "ptrace": ptrace_own_child(),
     "keyctl": outcome(libc.syscall(KEYCTL, 0, -3, 1)),  # KEYCTL_GET_KEYRING_ID of the session keyring
