@@ -340,7 +340,8 @@ class FargateBackend:
                 raise AwsCallError(f"s3 download_file: {error_code(error)}") from None
             except BotoCoreError as error:
                 raise AwsCallError(f"s3 download_file: {type(error).__name__}") from None
-            log_budget = Budget(max_bytes=3 * request.limits.file_size_mb * MIB, max_files=3)
+            # stdout, stderr, the supervisor's log and task.json
+            log_budget = Budget(max_bytes=4 * request.limits.file_size_mb * MIB, max_files=4)
             unpack(
                 archive,
                 request.folder.root,
