@@ -70,6 +70,8 @@ class ExecTask:
         self.process: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
         """Set by SIGTERM: ECS stops the task."""
+        self.overdue = False
+        """Set when the run reached the task's own deadline (its host never stopped it)."""
 
     def client(self, service: str) -> Any:
         """A boto3 client with the task's region and endpoint."""
@@ -93,7 +95,10 @@ class ExecTask:
         code = self.run_combined(environment, str(document["launch"]).encode("utf-8"))
         if code == ISOLATION_FAILED:
             return self.hand_back({"phase": "setup", "error": ISOLATION_FAILURE}, SETUP_FAILED)
-        return self.hand_back({"phase": "ran", "exit_code": code, "stopped": self.stopping.is_set()}, code)
+        report = {"phase": "ran", "exit_code": code, "stopped": self.stopping.is_set() or self.overdue}
+        if self.overdue:
+            report["overdue"] = True
+        return self.hand_back(report, code)
 
     def fetch_payload(self) -> Mapping[str, Any]:
         """The launch payload document: ``{"environment": {…}, "launch": "…"}``."""
@@ -164,7 +169,15 @@ class ExecTask:
                 with contextlib.suppress(BrokenPipeError):
                     self.process.stdin.write(supervisor_input(environment, launch))
                     self.process.stdin.close()
-                returncode = self.process.wait()
+                try:
+                    returncode = self.process.wait(timeout=self.settings.deadline_s)
+                except subprocess.TimeoutExpired:  # the host that should have stopped the task is gone
+                    self.overdue = True
+                    sys.stderr.write(
+                        f"berth_aws.task: the run passed the task's deadline ({self.settings.deadline_s:g} s)\n"
+                    )
+                    self.kill_group()
+                    returncode = self.process.wait()
         finally:
             self.kill_group()
         return 128 - returncode if returncode < 0 else returncode
