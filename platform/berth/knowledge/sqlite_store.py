@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -19,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.store import (
     ChunkRow,
     FileRecord,
@@ -62,9 +64,12 @@ CREATE TABLE IF NOT EXISTS chunks (
     UNIQUE (path, anchor)
 );
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path, first_line);
+CREATE INDEX IF NOT EXISTS chunks_by_title ON chunks (kind, title);  -- symbol look-ups scan it, not the chunks
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, path, body, tokenize = '{TOKENIZER}');
 """
 _COLUMNS: Final = "id, path, anchor, title, text, first_line, last_line, kind"
+_ALL: Final = -1
+"""``LIMIT -1``: no limit."""
 
 
 def fts_query(query: str) -> str | None:
@@ -98,6 +103,7 @@ class SqliteSpaceStore:
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute("PRAGMA synchronous = NORMAL")
         connection.executescript(_SCHEMA)
+        connection.create_function("regexp", 2, _regexp, deterministic=True)
         return connection
 
     def _read(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
@@ -173,18 +179,31 @@ class SqliteSpaceStore:
             for path, text in await asyncio.to_thread(self._read, "SELECT path, text FROM chunks")
         ]
 
-    async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
-        """Chunk ids ranked by BM25 over title (weighted 3), path (2) and text: (id, score), best first."""
+    async def lexical(self, query: str, limit: int, *, within: ChunkFilter | None = None) -> list[tuple[int, float]]:
+        """Chunk ids ranked by BM25 over title (weighted 3), path (2) and text: (id, score), best first; only
+        chunks ``within`` lets through."""
         expression = fts_query(query)
         if expression is None:
             return []
+        where, parameters = _within_sql(within)
         rows = await asyncio.to_thread(
             self._read,
-            "SELECT rowid, -bm25(chunks_fts, 3.0, 2.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "SELECT rowid, -bm25(chunks_fts, 3.0, 2.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "  # noqa: S608
+            f"{where and f'AND rowid IN (SELECT id FROM chunks WHERE {where}) '}"  # noqa: S608 - '?' marks only
             "ORDER BY bm25(chunks_fts, 3.0, 2.0, 1.0) LIMIT ?",
-            (expression, limit),
+            (expression, *parameters, limit),
         )
         return [(int(rowid), float(score)) for rowid, score in rows]
+
+    async def matching(self, within: ChunkFilter, limit: int) -> list[int]:
+        """The ids of the chunks ``within`` lets through (at most ``limit``), in path and line order."""
+        where, parameters = _within_sql(within)
+        rows = await asyncio.to_thread(
+            self._read,
+            f"SELECT id FROM chunks {where and f'WHERE {where} '}ORDER BY path, first_line, id LIMIT ?",  # noqa: S608
+            (*parameters, limit),
+        )
+        return [int(row[0]) for row in rows]
 
     def _vector_matrix(self) -> VectorMatrix:
         version = int(self._meta().get("version", "0"))
@@ -194,9 +213,13 @@ class SqliteSpaceStore:
             self._vectors = cached
         return cached
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
-        """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept)."""
-        return await asyncio.to_thread(lambda: self._vector_matrix().nearest(vector, limit))
+    async def nearest(
+        self, vector: npt.NDArray[np.float32], limit: int, *, within: ChunkFilter | None = None
+    ) -> list[tuple[int, float]]:
+        """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept); only
+        chunks ``within`` lets through."""
+        among = None if within is None or within.empty else await self.matching(within, _ALL)
+        return await asyncio.to_thread(lambda: self._vector_matrix().nearest(vector, limit, among=among))
 
     # -- writing -------------------------------------------------------------------------------------
 
@@ -269,6 +292,33 @@ class SqliteSpaceStore:
             yield
         finally:
             handle.close()  # closing the file releases the lock
+
+
+def _regexp(pattern: str, value: str) -> bool:
+    """SQLite's ``value REGEXP pattern``: Python's ``re.search`` (compiled patterns are cached by ``re``)."""
+    return re.search(pattern, value) is not None
+
+
+def _within_sql(within: ChunkFilter | None) -> tuple[str, list[str]]:
+    """The conditions of ``within`` over the ``chunks`` table's columns, and their parameters ('' when none)."""
+    if within is None or within.empty:
+        return "", []
+    conditions: list[str] = []
+    parameters: list[str] = []
+    patterns = within.path_patterns()
+    if patterns:  # matched against each file once, not each chunk
+        regexps = " AND ".join(["path REGEXP ?"] * len(patterns))
+        conditions.append(f"path IN (SELECT path FROM files WHERE {regexps})")  # noqa: S608 - '?' marks only
+        parameters.extend(patterns)
+    titles = within.title_patterns()
+    if titles is not None:
+        conditions.append("(title LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
+        parameters.extend(titles)
+    kind = within.kinds()
+    if kind is not None:
+        conditions.append("kind = ?")
+        parameters.append(kind)
+    return " AND ".join(conditions), parameters
 
 
 def _delete_file(writer: sqlite3.Connection, path: str) -> None:
