@@ -8,13 +8,15 @@ Two ``SourceTree`` spaces over installed packages, each with its own tests: ``py
 function many times compete with its definition). Every query below was chosen before the ranking was tuned; each
 names the file and the qualified title of the definition that answers it (any overload or part of it counts).
 A query is searched as ``react.search_knowledge`` searches its space (``builtin`` embedder, hybrid mode), 50
-hits deep (the most a space proposes); the table prints the rank of the definition (``>50``: not in them).
+hits deep (the most a space proposes); the table prints the rank of the definition (``>50``: not in them),
+and the median time of five searches of the query at limit 5 per store.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 import time
@@ -62,8 +64,9 @@ QUERIES = (
 """Chosen before tuning (issue 38): the two the issue reports, then others of each package."""
 
 
-async def ranks(root: Path, stores: SpaceStoreFactory | None) -> tuple[list[int | None], str]:
-    """The rank of each query's definition (None: not in the first :data:`DEPTH`) and how the spaces were built."""
+async def ranks(root: Path, stores: SpaceStoreFactory | None) -> tuple[list[int | None], list[float], str]:
+    """The rank of each query's definition (None: not in the first :data:`DEPTH`), each query's median search
+    time (ms, limit 5) and how the spaces were built."""
     service = KnowledgeService(root, HashedNgramEmbedder(), embedder_name="builtin", stores=stores)
     spaces: dict[str, SpaceIndex] = {
         name: service.open("bench", KnowledgeSpace(name=name, indexer=SourceTree(SITE_PACKAGES / name)))
@@ -75,7 +78,14 @@ async def ranks(root: Path, stores: SpaceStoreFactory | None) -> tuple[list[int 
     chunks = {name: (await space.status()).chunks for name, space in spaces.items()}
     built = f"indexed {chunks} chunks in {time.perf_counter() - started:.1f} s"
     found: list[int | None] = []
+    times: list[float] = []
     for item in QUERIES:
+        samples = []
+        for _ in range(5):
+            begun = time.perf_counter()
+            await spaces[item.space].search(item.query, limit=5)
+            samples.append((time.perf_counter() - begun) * 1000)
+        times.append(statistics.median(samples))
         hits, _ = await search_spaces([spaces[item.space]], item.query, limit=DEPTH)
         found.append(
             next(
@@ -89,10 +99,10 @@ async def ranks(root: Path, stores: SpaceStoreFactory | None) -> tuple[list[int 
         )
     for space in spaces.values():
         await space.aclose()
-    return found, built
+    return found, times, built
 
 
-async def postgres_ranks(root: Path) -> tuple[list[int | None], str]:
+async def postgres_ranks(root: Path) -> tuple[list[int | None], list[float], str]:
     """:func:`ranks` on the PostgreSQL store (a scratch database)."""
     from berth_postgres.knowledge import PostgresKnowledgeStores
     from berth_postgres.testing import async_scratch_database
@@ -108,15 +118,18 @@ async def postgres_ranks(root: Path) -> tuple[list[int | None], str]:
 async def main(arguments: argparse.Namespace) -> None:
     """Index both packages, search every query and print the table."""
     columns: dict[str, list[int | None]] = {}
+    times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="berth-bench-knowledge-code-") as folder:
-        columns["sqlite"], built = await ranks(Path(folder) / "sqlite", None)
+        columns["sqlite"], times["sqlite"], built = await ranks(Path(folder) / "sqlite", None)
         print(f"sqlite: {built}")
         if arguments.postgres:
-            columns["postgres"], built = await postgres_ranks(Path(folder) / "pg")
+            columns["postgres"], times["postgres"], built = await postgres_ranks(Path(folder) / "pg")
             print(f"postgres: {built}")
-    print(f"\n{'space':<10}{'query':<52}{'definition':<48}" + "".join(f"{name:>10}" for name in columns))
+    header = "".join(f"{name:>10}" for name in columns) + "".join(f"{name + ' ms':>13}" for name in times)
+    print(f"\n{'space':<10}{'query':<52}{'definition':<48}{header}")
     for i, item in enumerate(QUERIES):
         cells = "".join(f"{_rank(column[i]):>10}" for column in columns.values())
+        cells += "".join(f"{column[i]:>13.1f}" for column in times.values())
         print(f"{item.space:<10}{item.query:<52}{item.path + ' ' + item.title:<48}{cells}")
     for name, column in columns.items():
         first = sum(1 for rank in column if rank == 1)

@@ -150,6 +150,11 @@ class ChunkFilter:
         symbol = like_escape(self.symbol.strip())
         return symbol, "%." + symbol
 
+    def symbol_name(self) -> str | None:
+        """The symbol's last dotted part (``Store.search`` → ``search``): what every title it matches ends with,
+        which the stores index (a title equal to the symbol or ending in ``.<symbol>`` has it as its last part)."""
+        return None if self.symbol is None else self.symbol.strip().rsplit(".", 1)[-1]
+
     def kinds(self) -> str | None:
         """The kind the chunk must be (a symbol is a definition)."""
         return "definition" if self.symbol is not None and self.kind is None else self.kind

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "TOKENIZER", "SqliteSpaceStore", "fts_query"]
 
 SCHEMA_VERSION: Final = 1
+_NAME: Final = "substr(title, length(rtrim(title, replace(title, '.', ''))) + 1)"
+"""A title's last dotted part (``BaseModel.model_validate`` → ``model_validate``; the whole title when it has no dot):
+indexed (``chunks_by_name``), so a symbol look-up seeks it instead of scanning every title."""
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 """FTS5's tokenizer: Porter stemming over Unicode words, diacritics removed (``café`` finds ``cafe``)."""
 _SCHEMA: Final = f"""
@@ -64,7 +67,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     UNIQUE (path, anchor)
 );
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path, first_line);
-CREATE INDEX IF NOT EXISTS chunks_by_title ON chunks (kind, title);  -- symbol look-ups scan it, not the chunks
+CREATE INDEX IF NOT EXISTS chunks_by_name ON chunks (kind, {_NAME} COLLATE NOCASE);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, path, body, tokenize = '{TOKENIZER}');
 """
 _COLUMNS: Final = "id, path, anchor, title, text, first_line, last_line, kind"
@@ -310,14 +313,14 @@ def _within_sql(within: ChunkFilter | None) -> tuple[str, list[str]]:
         regexps = " AND ".join(["path REGEXP ?"] * len(patterns))
         conditions.append(f"path IN (SELECT path FROM files WHERE {regexps})")  # noqa: S608 - '?' marks only
         parameters.extend(patterns)
-    titles = within.title_patterns()
-    if titles is not None:
-        conditions.append("(title LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
-        parameters.extend(titles)
     kind = within.kinds()
     if kind is not None:
         conditions.append("kind = ?")
         parameters.append(kind)
+    titles, name = within.title_patterns(), within.symbol_name()
+    if titles is not None and name is not None:  # the name seeks chunks_by_name; the patterns check the rest
+        conditions.append(f"{_NAME} COLLATE NOCASE = ? AND (title LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
+        parameters.extend([name, *titles])
     return " AND ".join(conditions), parameters
 
 

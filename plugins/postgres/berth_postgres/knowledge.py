@@ -341,9 +341,15 @@ def _within_sql(within: ChunkFilter | None, first: int) -> tuple[str, list[str]]
     for pattern in within.path_patterns():
         conditions.append(f"c.path ~ {parameter(pattern)}")
     titles = within.title_patterns()
-    if titles is not None:
+    symbol_name = within.symbol_name()
+    if titles is not None and symbol_name is not None:
+        # the name alone seeks the index of migration 0008 (knowledge_chunks_by_name); the patterns check the rest
+        name = parameter(symbol_name.lower())
         exact, suffix = (parameter(title) for title in titles)
-        conditions.append(f"(c.title ILIKE {exact} ESCAPE '\\' OR c.title ILIKE {suffix} ESCAPE '\\')")
+        conditions.append(
+            f"lower(regexp_replace(c.title, '^.*\\.', '')) = {name} "
+            f"AND (c.title ILIKE {exact} ESCAPE '\\' OR c.title ILIKE {suffix} ESCAPE '\\')"
+        )
     kind = within.kinds()
     if kind is not None:
         conditions.append(f"c.kind = {parameter(kind)}")

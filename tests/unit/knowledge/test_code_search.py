@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -269,3 +270,27 @@ def test_the_definition_order_puts_source_before_tests_and_stubs() -> None:
         ("tests/test_e.py", "einsum", "einsum"),
         ("e.py", "einsum lines 1-9", "L1-9"),
     ]
+
+
+async def test_a_symbol_look_up_seeks_the_name_index_of_either_store(code_space: SpaceIndex) -> None:
+    from berth.knowledge.sqlite_store import SqliteSpaceStore, _within_sql
+
+    store = code_space.store
+    if isinstance(store, SqliteSpaceStore):
+        where, parameters = _within_sql(ChunkFilter(symbol="Canvas.draw"))
+        plan = store._read(f"EXPLAIN QUERY PLAN SELECT id FROM chunks WHERE {where}", parameters)
+        assert any("USING INDEX chunks_by_name" in str(row) for row in plan), plan
+    else:
+        from berth_postgres.knowledge import _within_sql as postgres_within
+
+        where, parameters = postgres_within(ChunkFilter(symbol="Canvas.draw"), 2)
+        pool = await store._stores.pool()  # type: ignore[attr-defined]
+        space_id = await store._id()  # type: ignore[attr-defined]
+
+        async def explain(connection: Any) -> list[Any]:
+            await connection.execute("SET LOCAL enable_seqscan = off")  # a tiny table: can the index serve it?
+            sql = f"EXPLAIN SELECT c.id FROM knowledge_chunks c WHERE c.space_id = $1 AND {where}"
+            return list(await connection.fetch(sql, space_id, *parameters))
+
+        plan = await pool.in_transaction(explain)
+        assert any("knowledge_chunks_by_name" in row[0] for row in plan), plan
