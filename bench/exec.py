@@ -333,10 +333,16 @@ def fargate_arm(image: str) -> Iterator[dict[str, Arm]]:
         docker=client_for(None),
         mounts={str(REPO): {"bind": str(REPO), "mode": "ro"}, str(base): {"bind": str(base), "mode": "ro"}},
         credentials={"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"},
+        endpoint=f"http://127.0.0.1:{port}",
     )
     player.install()
     try:
-        profile = {**world["profile"], "supervisor_python": sys.executable, "hidden_paths": [str(REPO), str(base)]}
+        profile = {
+            **world["profile"],
+            "supervisor_python": sys.executable,
+            "hidden_paths": [str(REPO), str(base)],
+            "executor_namespaces": False,  # as on Fargate, whose tasks cannot be granted CAP_SYS_ADMIN
+        }
         yield {"fargate (moto)": Arm(FargateBackend.from_profile(profile), example_scope(), slow=True)}
     finally:
         player.uninstall()

@@ -1,7 +1,8 @@
 """Knowledge spaces over real code: at which rank a query naming an identifier finds its definition.
 
 Run: ``.venv/bin/python bench/knowledge_code.py`` (about a minute on two cores; ``--postgres`` also runs it on
-the PostgreSQL store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432).
+the PostgreSQL store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432; ``--quick``: the pydantic
+space and its queries only, a few seconds).
 
 Two ``SourceTree`` spaces over installed packages, each with its own tests: ``pydantic`` (the package folder,
 ~100 modules) and ``numpy`` (~500 modules, ``numpy/_core/tests`` and the like included: tests that call a
@@ -64,13 +65,15 @@ QUERIES = (
 """Chosen before tuning (issue 38): the two the issue reports, then others of each package."""
 
 
-async def ranks(root: Path, stores: SpaceStoreFactory | None) -> tuple[list[int | None], list[float], str]:
+async def ranks(
+    root: Path, stores: SpaceStoreFactory | None, queries: Sequence[IdentifierQuery] = QUERIES
+) -> tuple[list[int | None], list[float], str]:
     """The rank of each query's definition (None: not in the first :data:`DEPTH`), each query's median search
     time (ms, limit 5) and how the spaces were built."""
     service = KnowledgeService(root, HashedNgramEmbedder(), embedder_name="builtin", stores=stores)
     spaces: dict[str, SpaceIndex] = {
         name: service.open("bench", KnowledgeSpace(name=name, indexer=SourceTree(SITE_PACKAGES / name)))
-        for name in ("pydantic", "numpy")
+        for name in dict.fromkeys(item.space for item in queries)
     }
     started = time.perf_counter()
     for space in spaces.values():
@@ -79,7 +82,7 @@ async def ranks(root: Path, stores: SpaceStoreFactory | None) -> tuple[list[int 
     built = f"indexed {chunks} chunks in {time.perf_counter() - started:.1f} s"
     found: list[int | None] = []
     times: list[float] = []
-    for item in QUERIES:
+    for item in queries:
         samples = []
         for _ in range(5):
             begun = time.perf_counter()
@@ -102,7 +105,9 @@ async def ranks(root: Path, stores: SpaceStoreFactory | None) -> tuple[list[int 
     return found, times, built
 
 
-async def postgres_ranks(root: Path) -> tuple[list[int | None], list[float], str]:
+async def postgres_ranks(
+    root: Path, queries: Sequence[IdentifierQuery] = QUERIES
+) -> tuple[list[int | None], list[float], str]:
     """:func:`ranks` on the PostgreSQL store (a scratch database)."""
     from berth_postgres.knowledge import PostgresKnowledgeStores
     from berth_postgres.testing import async_scratch_database
@@ -110,24 +115,25 @@ async def postgres_ranks(root: Path) -> tuple[list[int | None], list[float], str
     async with async_scratch_database() as dsn:
         stores = PostgresKnowledgeStores(dsn)
         try:
-            return await ranks(root, stores)
+            return await ranks(root, stores, queries)
         finally:
             await stores.aclose()
 
 
 async def main(arguments: argparse.Namespace) -> None:
     """Index both packages, search every query and print the table."""
+    queries = [item for item in QUERIES if item.space == "pydantic"] if arguments.quick else list(QUERIES)
     columns: dict[str, list[int | None]] = {}
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="berth-bench-knowledge-code-") as folder:
-        columns["sqlite"], times["sqlite"], built = await ranks(Path(folder) / "sqlite", None)
+        columns["sqlite"], times["sqlite"], built = await ranks(Path(folder) / "sqlite", None, queries)
         print(f"sqlite: {built}")
         if arguments.postgres:
-            columns["postgres"], times["postgres"], built = await postgres_ranks(Path(folder) / "pg")
+            columns["postgres"], times["postgres"], built = await postgres_ranks(Path(folder) / "pg", queries)
             print(f"postgres: {built}")
     header = "".join(f"{name:>10}" for name in columns) + "".join(f"{name + ' ms':>13}" for name in times)
     print(f"\n{'space':<10}{'query':<52}{'definition':<48}{header}")
-    for i, item in enumerate(QUERIES):
+    for i, item in enumerate(queries):
         cells = "".join(f"{_rank(column[i]):>10}" for column in columns.values())
         cells += "".join(f"{column[i]:>13.1f}" for column in times.values())
         print(f"{item.space:<10}{item.query:<52}{item.path + ' ' + item.title:<48}{cells}")
@@ -145,6 +151,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--postgres", action="store_true", help="also on the PostgreSQL store (berth-postgres)")
+    parser.add_argument("--quick", action="store_true", help="the pydantic space and its queries only")
     return parser.parse_args(argv)
 
 

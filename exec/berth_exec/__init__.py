@@ -9,5 +9,5 @@ tools``); see ``exec/README.md``.
 
 __version__ = "0.1.0"
 
-PROTOCOL_VERSION = 1
-"""The version of the supervisor-executor wire protocol this package speaks."""
+PROTOCOL_VERSION = 2
+"""The version of the supervisor-executor wire protocol this package speaks (:mod:`berth_exec.wire`)."""

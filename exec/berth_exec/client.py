@@ -1,4 +1,7 @@
-"""The executor's connection to the supervisor (imported on the first tool call, not at start-up)."""
+"""The executor's connection to the supervisor (imported on the first tool call, not at start-up).
+
+A connection starts with the hello frame, which carries the run's token; the requests after it do not.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,14 @@ import threading
 from typing import Any
 
 from berth_exec.errors import ToolCallError
-from berth_exec.wire import PROTOCOL_VERSION, WireError, receive_frame, send_frame
+from berth_exec.wire import (
+    DEFAULT_MAX_FRAME,
+    HELLO_MAX_FRAME,
+    PROTOCOL_VERSION,
+    WireError,
+    receive_frame,
+    send_frame,
+)
 
 
 class SupervisorClient:
@@ -25,18 +35,13 @@ class SupervisorClient:
         """Send one request (``op`` and its fields) and return the result, or raise :class:`ToolCallError`."""
         with self._lock:
             request_id = next(self._ids)
-            frame = {"v": PROTOCOL_VERSION, "token": self._token, "id": request_id, **message}
+            frame = {"v": PROTOCOL_VERSION, "id": request_id, **message}
             try:
-                sock = self._connected()
-                send_frame(sock, frame)
-                response = receive_frame(sock)
+                response = _exchange(self._connected(), frame, DEFAULT_MAX_FRAME)
             except (OSError, EOFError, WireError) as exc:
                 self.close()
                 raise ToolCallError("supervisor_unreachable", f"{type(exc).__name__}: {exc}") from None
-        if response.get("ok"):
-            return response.get("result")
-        error = response.get("error") or {}
-        raise ToolCallError(str(error.get("code", "tool_failed")), str(error.get("message", "no message")))
+        return _result(response)
 
     def close(self) -> None:
         """Close the connection; the next call opens a new one."""
@@ -47,6 +52,35 @@ class SupervisorClient:
     def _connected(self) -> socket.socket:
         if self._sock is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(self.socket_path)
+            try:
+                sock.connect(self.socket_path)
+                welcome = _exchange(sock, {"v": PROTOCOL_VERSION, "op": "hello", "token": self._token}, HELLO_MAX_FRAME)
+            except BaseException:
+                sock.close()
+                raise
+            if not welcome.get("ok"):
+                sock.close()
+                _result(welcome)  # raises the supervisor's refusal
             self._sock = sock
         return self._sock
+
+
+def _exchange(sock: socket.socket, frame: dict[str, Any], max_answer: int) -> dict[str, Any]:
+    """Send ``frame`` and read the answer. When the supervisor refused the frame before it was all sent (too large)
+    and closed, the send fails: its refusal, already on its way, is read instead."""
+    try:
+        send_frame(sock, frame)
+    except OSError as error:
+        try:
+            return receive_frame(sock, max_answer)
+        except (OSError, EOFError, WireError):
+            raise error from None
+    return receive_frame(sock, max_answer)
+
+
+def _result(response: dict[str, Any]) -> Any:
+    """The result of a response, or its error raised as :class:`ToolCallError`."""
+    if response.get("ok"):
+        return response.get("result")
+    error = response.get("error") or {}
+    raise ToolCallError(str(error.get("code", "tool_failed")), str(error.get("message", "no message")))

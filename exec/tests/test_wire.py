@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import struct
 import threading
@@ -13,7 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth_exec.tools import SupervisorClient, ToolCallError
-from berth_exec.wire import HEADER, WireError, encode_frame, read_frame, receive_frame, send_frame
+from berth_exec.wire import (
+    HEADER,
+    HELLO_MAX_FRAME,
+    MAX_DEPTH,
+    PROTOCOL_VERSION,
+    WireError,
+    decode_body,
+    encode_frame,
+    nests_deeper_than,
+    read_frame,
+    receive_frame,
+    send_frame,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False) | st.text(),
@@ -77,8 +90,11 @@ def test_the_client_raises_the_supervisors_error_code(tmp_path: Any) -> None:
     def answer() -> None:
         connection, _ = server.accept()
         with connection:
+            hello = receive_frame(connection, HELLO_MAX_FRAME)
+            assert hello == {"v": PROTOCOL_VERSION, "op": "hello", "token": "t0k"}
+            send_frame(connection, {"id": None, "ok": True, "result": {"v": PROTOCOL_VERSION}})
             request = receive_frame(connection)
-            assert request["token"] == "t0k" and request["op"] == "call" and request["tool_id"] == "x.y"
+            assert "token" not in request and request["op"] == "call" and request["tool_id"] == "x.y"
             send_frame(
                 connection, {"id": request["id"], "ok": False, "error": {"code": "tool_timeout", "message": "slow"}}
             )
@@ -96,3 +112,69 @@ def test_an_unreachable_supervisor_is_a_tool_call_error(tmp_path: Any) -> None:
     with pytest.raises(ToolCallError) as failed:
         SupervisorClient(str(tmp_path / "absent.sock"), "t").request({"op": "call", "tool_id": "x", "params": {}})
     assert failed.value.code == "supervisor_unreachable"
+
+
+def test_a_refused_hello_is_the_tool_call_error(tmp_path: Any) -> None:
+    path = str(tmp_path / "s.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+
+    def refuse() -> None:
+        connection, _ = server.accept()
+        with connection:
+            receive_frame(connection, HELLO_MAX_FRAME)
+            send_frame(connection, {"id": None, "ok": False, "error": {"code": "unauthorized", "message": "token"}})
+
+    thread = threading.Thread(target=refuse)
+    thread.start()
+    with pytest.raises(ToolCallError) as refused:
+        SupervisorClient(path, "forged").request({"op": "call", "tool_id": "x.y", "params": {}})
+    thread.join()
+    server.close()
+    assert refused.value.code == "unauthorized"
+
+
+def nesting(value: object) -> int:
+    """The depth of a decoded JSON value, by recursion (the reference the linear check must agree with)."""
+    if isinstance(value, list):
+        return 1 + max((nesting(item) for item in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((nesting(item) for item in value.values()), default=0)
+    return 0
+
+
+bracketed_text = st.text(alphabet='[]{}"\\ab', max_size=8)
+nested_values = st.recursive(
+    st.none() | st.integers() | bracketed_text,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(bracketed_text, children, max_size=3),
+    max_leaves=30,
+)
+
+
+@given(nested_values, st.integers(0, 12))
+@settings(max_examples=500)
+def test_the_linear_depth_check_agrees_with_the_decoded_value(value: object, limit: int) -> None:
+    body = json.dumps(value).encode()
+    assert nests_deeper_than(body, limit) == (nesting(value) > limit)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"p":' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # a run of brackets
+        b'{"p":' + b"[[]," * 100_000 + b"]" * 100_000 + b"}",  # siblings between the levels
+        b'{"p":' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}",  # objects
+        b'{"p":' + b"[" * 100_000,  # never closed
+    ],
+)
+def test_a_deeply_nested_frame_is_a_bad_request_not_a_recursion_error(body: bytes) -> None:
+    with pytest.raises(WireError) as refused:
+        decode_body(body)
+    assert refused.value.code == "bad_request"
+    assert f"deeper than {MAX_DEPTH} levels" in refused.value.message
+
+
+def test_brackets_inside_strings_do_not_count() -> None:
+    text = "[" * 1000 + '\\"{' * 1000
+    assert decode_body(json.dumps({"p": text}).encode()) == {"p": text}

@@ -34,6 +34,7 @@ from berth.config.environment import exec_launch_variables
 from berth.execution.payload import DESCRIPTOR_VARIABLES, PAYLOAD_VARIABLE, LaunchPayload
 from berth.execution.sandbox import EXECUTOR_BOOTSTRAP, EXECUTOR_FLAGS, executor_environment
 from berth.execution.supervisor_process import SupervisorStartError, supervising
+from berth.execution.waits import process_exit
 
 CLONE_NEWNS: Final = 0x00020000
 CLONE_NEWNET: Final = 0x40000000
@@ -80,9 +81,8 @@ def isolate_child(uid: int, gid: int, hidden: Sequence[str], namespaces: bool = 
     return isolate
 
 
-def run_executor(payload: LaunchPayload, launch: bytes, supervised: bool) -> int:
-    """Start the executor child with ``launch`` on its stdin, wait for it; its status (``128 + n`` for a signal,
-    :data:`ISOLATION_FAILED` when the child could not be isolated and never ran)."""
+def start_executor(payload: LaunchPayload, launch: bytes, supervised: bool) -> subprocess.Popen[bytes] | None:
+    """Start the executor child with ``launch`` on its stdin; None when it could not be isolated (it never ran)."""
     uid = payload.executor_uid if payload.executor_uid is not None else 65534
     try:
         process = subprocess.Popen(  # noqa: S603 - argv is fixed here; the program is a file
@@ -96,13 +96,23 @@ def run_executor(payload: LaunchPayload, launch: bytes, supervised: bool) -> int
             close_fds=True,
         )
     except subprocess.SubprocessError:
-        sys.stderr.write(f"berth.execution.combined: {ISOLATION_FAILURE}\n")
-        return ISOLATION_FAILED
+        return None
     assert process.stdin is not None
     with contextlib.suppress(BrokenPipeError):
         process.stdin.write(launch)
         process.stdin.close()
-    returncode = process.wait()
+    return process
+
+
+async def run_executor(payload: LaunchPayload, launch: bytes, supervised: bool) -> int:
+    """Run the executor child to its end: its status (``128 + n`` for a signal, :data:`ISOLATION_FAILED` when the
+    child could not be isolated and never ran). Its start takes a thread for a moment; its end is awaited on a
+    pidfd (:func:`~berth.execution.waits.process_exit`), so the supervisor's threads stay free for the tools."""
+    process = await asyncio.to_thread(start_executor, payload, launch, supervised)
+    if process is None:
+        sys.stderr.write(f"berth.execution.combined: {ISOLATION_FAILURE}\n")
+        return ISOLATION_FAILED
+    returncode = await process_exit(process)
     return 128 - returncode if returncode < 0 else returncode
 
 
@@ -113,11 +123,11 @@ async def run(environment: Mapping[str, str], launch: bytes) -> int:
         return 2
     payload = LaunchPayload.from_json(environment[PAYLOAD_VARIABLE])
     if not any(variable in environment for variable in DESCRIPTOR_VARIABLES.values()):
-        return await asyncio.to_thread(run_executor, payload, launch, False)
+        return await run_executor(payload, launch, False)
     with tempfile.TemporaryDirectory(prefix="berth-supervisor-") as folder:
         try:
             async with supervising(environment, Path(folder) / "descriptors"):
-                return await asyncio.to_thread(run_executor, payload, launch, True)
+                return await run_executor(payload, launch, True)
         except SupervisorStartError as error:
             sys.stderr.write(f"berth.execution.combined: the supervisor did not start: {error}\n")
             return 2

@@ -11,7 +11,8 @@ MIB: Final = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ExecLimits:
-    """Wall time, memory (address space), CPU seconds, processes, size of any one file, output kept."""
+    """Wall time, memory (address space), CPU seconds, processes, size of any one file, output kept, and the disk
+    ``work/`` and ``out/`` share."""
 
     timeout_s: float = 60.0
     memory_mb: int = 1024
@@ -20,6 +21,8 @@ class ExecLimits:
     file_size_mb: int = 64
     output_tail_bytes: int = 8192
     shared_memory_mb: int = 16
+    disk_mb: int = 512
+    """What ``work/`` and ``out/`` may hold together (a tmpfs per run where mounting is permitted)."""
 
     def launch_limits(self) -> dict[str, int]:
         """The rlimits the executor bootstrap applies to itself before the program runs."""
@@ -49,6 +52,7 @@ def limit_from_outcome(
     stderr_tail: str,
     out_of_memory: bool = False,
     process_limit_hit: bool = False,
+    disk_full: bool = False,
 ) -> LimitHit | None:
     """Which limit (if any) ended a run, from how it ended and the end of its stderr."""
     if timed_out:
@@ -59,6 +63,12 @@ def limit_from_outcome(
         )
     if killed_by == signal.SIGXCPU or (killed_by == signal.SIGKILL and "SIGXCPU" in stderr_tail):
         return LimitHit("cpu_limit", "cpu_s", f"the program used its {limits.cpu_s} s of CPU time")
+    if disk_full:
+        return LimitHit(
+            "disk_limit", "disk_mb", f"the program filled its {limits.disk_mb} MiB of disk (work/ and out/ together)"
+        )
+    if "No space left on device" in stderr_tail:  # the quota, or a disk the host cannot check (a fargate task's)
+        return LimitHit("disk_limit", "disk_mb", "the program ran out of disk space (No space left on device)")
     if killed_by == signal.SIGXFSZ or "File too large" in stderr_tail:
         return LimitHit(
             "file_size_limit", "file_size_mb", f"the program wrote a file (or output) over {limits.file_size_mb} MiB"

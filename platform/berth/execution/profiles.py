@@ -127,4 +127,5 @@ def limits_of(options: Mapping[str, Any]) -> ExecLimits:
         cpu_s=int(options.get("cpu_s", defaults.cpu_s)),
         processes=int(options.get("pids", defaults.processes)),
         file_size_mb=int(options.get("file_size_mb", defaults.file_size_mb)),
+        disk_mb=int(options.get("disk_mb", defaults.disk_mb)),
     )

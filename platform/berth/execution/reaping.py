@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from berth.execution.quota import unmount_run_folder
+
 log = logging.getLogger(__name__)
 
 OWNER_LOCK: Final = "owner.lock"
@@ -44,8 +46,10 @@ def claim_run_folder(root: Path) -> int:
 
 
 def remove_run_folder(root: Path) -> None:
-    """Delete a run's folder, read-only folders (a turn's attachments) included, whoever runs the host: an entry
-    that cannot be removed has its folder made writable, then is removed (nothing is walked twice)."""
+    """Delete a run's folder, read-only folders (a turn's attachments) included, whoever runs the host: its mounts
+    (the quota tmpfs of ``work/`` and ``out/``) are detached first; then an entry that cannot be removed has its
+    folder made writable, then is removed (nothing is walked twice)."""
+    unmount_run_folder(root)
 
     def writable_and_again(function: Callable[[str], object], path: str, _error: object) -> None:
         try:

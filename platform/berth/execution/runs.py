@@ -10,6 +10,7 @@ The folder is removed afterwards; what matters is returned.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import mimetypes
 import os
 import secrets
@@ -25,6 +26,7 @@ from typing import Any, BinaryIO, Final
 from berth.execution.envelope import ExecArtifact, ExecEnvelope, ExecError
 from berth.execution.limits import ExecLimits, limit_from_outcome
 from berth.execution.payload import LaunchPayload, SupervisorScope, filter_descriptors, payload_environment
+from berth.execution.quota import disk_filled, mount_run_disk, unmount_run_folder
 from berth.execution.reaping import claim_run_folder, reap_stale_run_folders, remove_run_folder
 from berth.execution.sandbox import (
     SANDBOX_SOCKET_DIR,
@@ -35,6 +37,7 @@ from berth.execution.sandbox import (
     SandboxRequest,
     executor_options,
     runs_own_supervisor,
+    writes_run_folder,
 )
 from berth.execution.supervisor import Supervisor, ToolDispatch
 from berth.execution.uids import UidLease
@@ -101,9 +104,16 @@ class ExecService:
             await asyncio.to_thread(reap_stale_run_folders, self.root)
         privileged = os.geteuid() == 0
         uid = await self.uids.acquire() if privileged else os.getuid()
+        disk_mb = limits.disk_mb if privileged and writes_run_folder(backend) else None
         try:
             folder, owner = await asyncio.to_thread(
-                self._prepare, exec_id, code, list(inputs), uid if privileged else None, list(read_only_inputs)
+                self._prepare,
+                exec_id,
+                code,
+                list(inputs),
+                uid if privileged else None,
+                list(read_only_inputs),
+                disk_mb,
             )
         except BaseException:
             if privileged:
@@ -124,6 +134,8 @@ class ExecService:
             served = supervisor is not None or bool(environment)
             request = SandboxRequest(exec_id, bundle_id, folder, token, limits, uid, uid, served, environment)
             outcome = await backend.run(request)
+            if disk_mb is not None and await asyncio.to_thread(disk_filled, folder):
+                outcome = dataclasses.replace(outcome, disk_full=True)
             outputs = await asyncio.to_thread(collect_outputs, folder.out)
             stdout_tail = tail(folder.logs / "stdout", limits.output_tail_bytes)
             stderr_tail = tail(folder.logs / "stderr", limits.output_tail_bytes)
@@ -132,7 +144,7 @@ class ExecService:
                 await supervisor.aclose()
             if privileged:
                 self.uids.release(uid)
-            if not self.keep_folders:
+            if not self.keep_folders:  # its quota tmpfs is unmounted first, and its memory freed
                 await asyncio.to_thread(remove_run_folder, folder.root)
             os.close(owner)  # the folder's owner lock: a kept folder is the sweep's once this is released
         keep = store or (lambda relative, _data: f"out/{relative}")
@@ -150,17 +162,20 @@ class ExecService:
         inputs: Iterable[tuple[str, bytes]],
         uid: int | None,
         read_only_inputs: Iterable[tuple[str, bytes]] = (),
+        disk_mb: int | None = None,
     ) -> tuple[RunFolder, int]:
         """Make the run's folder, locked by this process (:func:`~berth.execution.reaping.claim_run_folder`):
-        the folder and the lock's descriptor."""
+        the folder and the lock's descriptor. With ``disk_mb``, ``work/`` and ``out/`` share a tmpfs of that size
+        (:mod:`berth.execution.quota`), where mounting is permitted."""
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # noqa: S103 - executors must traverse it; names inside are random
         folder = RunFolder(self.root / exec_id)
         folder.root.mkdir(mode=0o711)
         owner = claim_run_folder(folder.root)
         try:
-            self._fill(folder, code, inputs, uid, read_only_inputs)
+            self._fill(folder, code, inputs, uid, read_only_inputs, disk_mb)
         except BaseException:
+            unmount_run_folder(folder.root)  # the folder itself is the sweep's
             os.close(owner)
             raise
         return folder, owner
@@ -172,10 +187,14 @@ class ExecService:
         inputs: Iterable[tuple[str, bytes]],
         uid: int | None,
         read_only_inputs: Iterable[tuple[str, bytes]],
+        disk_mb: int | None,
     ) -> None:
         for path in (folder.work, folder.out, folder.program.parent, folder.socket_dir, folder.logs):
             path.mkdir(mode=0o755)
         os.chmod(folder.logs, 0o700)
+        inputs, read_only_inputs = list(inputs), list(read_only_inputs)
+        if disk_mb is not None:
+            mount_run_disk(folder, disk_mb, [len(data) for _, data in [*inputs, *read_only_inputs]])
         for relative, data in inputs:
             target = folder.work / relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -305,6 +324,7 @@ def build_envelope(
             stderr_tail=stderr_tail,
             out_of_memory=outcome.out_of_memory,
             process_limit_hit=outcome.process_limit_hit,
+            disk_full=outcome.disk_full,
         )
         if hit is not None:
             error = ExecError(hit.code, hit.message, hit.limit)

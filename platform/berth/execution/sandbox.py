@@ -126,6 +126,9 @@ class SandboxOutcome:
     process_limit_hit: bool = False
     """The kernel refused a process of the run a fork for going over the run's process limit (the pids cgroup counts
     these), even if the program caught the error and ended normally."""
+    disk_full: bool = False
+    """``work/`` and ``out/`` were full at the run's end (their quota tmpfs had no block or inode left): the host
+    checks it (:mod:`berth.execution.quota`), whichever backend ran the program."""
     stopped: str | None = None
     """Set when something outside the run stopped it before the program ended (an ECS task stopped by the
     scheduler, a spot interruption): why."""
@@ -205,3 +208,9 @@ def executor_options(backend: object) -> dict[str, Any]:
 def runs_own_supervisor(backend: ExecBackend) -> bool:
     """Whether ``backend`` serves the bundle's tools itself (``runs_supervisor = True``) rather than the host."""
     return bool(getattr(backend, "runs_supervisor", False))
+
+
+def writes_run_folder(backend: ExecBackend) -> bool:
+    """Whether ``backend``'s program writes this host's run folder, so the run's disk quota is mounted here; not
+    for a backend with ``own_storage = True`` (fargate: the program writes its task's ephemeral storage)."""
+    return not getattr(backend, "own_storage", False)

@@ -176,7 +176,7 @@ async def search_spaces_merged(
     pools = await asyncio.gather(
         *(space.candidates(query, mode=mode, count=CANDIDATES, within=within) for space in spaces)
     )
-    vector = mode == "vector" or (mode == "hybrid" and any(space.fuses_vectors for space in spaces))
-    return merge_candidates(
-        query, [c for pool in pools for c in pool], limit=limit, lexical=mode != "vector", vector=vector
-    )
+    modes = {space.effective_mode(mode) for space in spaces}  # a space without vectors answers `vector` by words
+    vector = mode != "lexical" and any(space.fuses_vectors for space in spaces)
+    lexical = bool(modes - {"vector"})
+    return merge_candidates(query, [c for pool in pools for c in pool], limit=limit, lexical=lexical, vector=vector)

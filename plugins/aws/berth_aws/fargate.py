@@ -98,6 +98,8 @@ class FargateBackend:
 
     name = BACKEND_NAME
     runs_supervisor = True
+    own_storage = True
+    """The program writes its task's ephemeral storage, not this host's run folder (no disk quota mounted here)."""
 
     def __init__(self, profile: Mapping[str, Any]) -> None:
         self.cluster: str = profile["cluster"]
@@ -394,7 +396,8 @@ class FargateBackend:
             "own network and mount namespaces in the task (the task definition must add CAP_SYS_ADMIN, "
             "CAP_SETUID, CAP_SETGID: not possible on Fargate itself)"
             if self.executor_namespaces
-            else "another uid in the task; the task's security group is its network boundary"
+            else "another uid in the task, on the task's network: its subnets, security group and endpoint "
+            "policies are the program's network boundary (docs/exec.md, 'The task's network')"
         )
         findings.append(DoctorFinding("isolation", True, f"{self.isolation}: executor has {network}"))
         return findings

@@ -3,10 +3,12 @@
 moto keeps ECS's state but runs no container. :class:`TaskPlayer` plays each task the backend starts as Fargate
 would, in a Docker engine, and reports its end through moto's own task model: for each ``run_task`` it reads the
 task definition's image and the call's container overrides (command and environment) exactly as moto stored them,
-starts that container (host network, so the task reaches moto on 127.0.0.1; an init process as
-``initProcessEnabled`` gives; ``CAP_SYS_ADMIN`` added, as the ``executor_namespaces`` profile asks of a task
-definition), moves the task through ``PENDING`` → ``RUNNING`` → ``STOPPED`` with ``stopCode``, ``stoppedReason``
-and the container's ``exitCode``/``reason`` as ECS writes them, and removes the container.
+starts that container in a network of the task's own (:class:`berth_aws.task_network.TaskNetwork`: only ``lo``,
+on which moto's endpoint alone is reachable, as a Fargate task in a subnet with only the S3 and Secrets Manager
+endpoints reaches those alone), with an init process as ``initProcessEnabled`` gives and Docker's default
+capabilities (Fargate's: ``capabilities`` adds others, as an ECS-on-EC2 task definition may), moves the task
+through ``PENDING`` → ``RUNNING`` → ``STOPPED`` with ``stopCode``, ``stoppedReason`` and the container's
+``exitCode``/``reason`` as ECS writes them, and removes the container and its network.
 
 Two of moto's shortcuts are set right while the player is installed, so the backend sees ECS's real semantics:
 ``run_task`` answers ``PROVISIONING`` (moto: ``RUNNING`` at once), and ``stop_task`` only sets
@@ -22,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from berth_aws.task_network import TaskNetwork
+
 STOP_GRACE_S = 10
 """ECS's ``stopTimeout`` for the container (30 s by default on Fargate; shorter here)."""
 
@@ -34,11 +38,14 @@ class TaskPlayer:
     docker: Any
     mounts: Mapping[str, Mapping[str, str]]
     credentials: Mapping[str, str]
+    endpoint: str
+    """moto's URL (``http://127.0.0.1:<port>``): the one address a task's network reaches."""
     mode: str = "play"
     """``play``; ``hold`` (tasks stay ``PROVISIONING``: no capacity ever comes); ``interrupt`` (a spot
     interruption stops the task once it runs); ``drop-input`` (the input snapshot vanishes before the task runs)."""
-    capabilities: Sequence[str] = ("SYS_ADMIN",)
-    """Added to the container's default set (Fargate itself allows none of these)."""
+    capabilities: Sequence[str] = ()
+    """Added to the container's default set: none, as on Fargate (which allows only ``SYS_PTRACE``);
+    ``("SYS_ADMIN",)`` plays a task definition that grants what ``executor_namespaces: true`` needs (ECS on EC2)."""
     on_input: Callable[[Mapping[str, str]], None] = field(default=lambda _environment: None)
     played: list[Any] = field(default_factory=list)
     running: threading.Event = field(default_factory=threading.Event)
@@ -96,7 +103,15 @@ class TaskPlayer:
             thread.join(timeout=120)
 
     def play(self, task: Any) -> None:
-        """Run one task's container to its end."""
+        """Run one task's container to its end, in a network of the task's own (removed whatever happened)."""
+        network = TaskNetwork(
+            self.docker, task.containers[0].image, self.endpoint, labels={"berth.test.ecs_task": task.id}
+        )
+        with contextlib.closing(network):
+            self.play_in(task, network)
+
+    def play_in(self, task: Any, network: TaskNetwork) -> None:
+        """Run one task's container to its end in ``network``."""
         from docker.errors import ImageNotFound
 
         container_definition = task.containers[0]
@@ -110,7 +125,7 @@ class TaskPlayer:
                 container_definition.image,
                 command=overrides.get("command") or container_definition.command,
                 environment={**self.credentials, **environment},
-                network_mode="host",
+                network_mode=network.open(),
                 init=True,  # the task definition's linuxParameters.initProcessEnabled, as docs/exec.md advises
                 cap_add=list(self.capabilities),
                 read_only=True,

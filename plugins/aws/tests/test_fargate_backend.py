@@ -7,13 +7,17 @@ every failure path. Markers ``aws`` and ``docker``.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import itertools
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from berth_docker.engine import client_for
@@ -50,14 +54,17 @@ def exec_image() -> str:
 
 @pytest.fixture
 def aws(moto_endpoint: str, aws_credentials: None) -> dict[str, Any]:
-    """A VPC with a subnet and security group, an ECS cluster with the exec task definitions, a bucket."""
+    """A VPC with a subnet and security group, an ECS cluster with the exec task definitions, a bucket; a profile
+    as Fargate needs it (``executor_namespaces: false``: a Fargate task cannot be granted ``CAP_SYS_ADMIN``)."""
     world = create_exec_world(moto_endpoint, IMAGE, region=REGION)
-    world["profile"].update(supervisor_python=sys.executable, hidden_paths=[str(REPO), str(BASE)])
+    world["profile"].update(
+        supervisor_python=sys.executable, hidden_paths=[str(REPO), str(BASE)], executor_namespaces=False
+    )
     return world
 
 
 @pytest.fixture
-def player(aws: dict[str, Any], exec_image: str) -> Iterator[TaskPlayer]:
+def player(aws: dict[str, Any], exec_image: str, moto_endpoint: str) -> Iterator[TaskPlayer]:
     from moto.ecs.models import ecs_backends
 
     task_player = TaskPlayer(
@@ -65,6 +72,7 @@ def player(aws: dict[str, Any], exec_image: str) -> Iterator[TaskPlayer]:
         docker=client_for(None),
         mounts={str(REPO): {"bind": str(REPO), "mode": "ro"}, str(BASE): {"bind": str(BASE), "mode": "ro"}},
         credentials={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
+        endpoint=moto_endpoint,
     )
     task_player.install()
     try:
@@ -94,12 +102,14 @@ def run(aws: dict[str, Any], code: str, tmp_path: Path, **overrides: Any) -> Any
 def test_a_program_in_a_task_calls_the_bundles_tool_and_nothing_is_left(
     tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
 ) -> None:
+    player.capabilities = ("SYS_ADMIN",)  # a task definition that grants it (ECS on EC2; Fargate cannot)
+    profile = {**aws["profile"], "executor_namespaces": True}
     descriptors = tmp_path / "descriptors"
     shutil.copytree(REPO / "descriptors", descriptors, ignore=shutil.ignore_patterns("schema"))
     assembly = descriptors / "assembly.yaml"
     text = assembly.read_text()
     anchor = "    profiles:\n"
-    assembly.write_text(text.replace(anchor, anchor + f"      task: {json.dumps(aws['profile'])}\n", 1))
+    assembly.write_text(text.replace(anchor, anchor + f"      task: {json.dumps(profile)}\n", 1))
     (descriptors / "bundles.secrets.yaml").write_text("bundles:\n  docs: {search_api_key: 'literal:docs-only-7777'}\n")
     program = tmp_path / "greet.py"
     program.write_text(
@@ -295,9 +305,62 @@ def test_namespaces_the_task_cannot_make_fail_the_run_closed(
     tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
 ) -> None:
     player.capabilities = ()  # as on Fargate: CAP_SYS_ADMIN cannot be added
-    envelope = run(aws, "print('ran half-isolated')", tmp_path).envelope
+    envelope = run(aws, "print('ran half-isolated')", tmp_path, executor_namespaces=True).envelope
     assert envelope.error is not None and envelope.error.code == "sandbox_failed", envelope.report_text
     assert "the executor could not be isolated" in envelope.error.message
     assert "executor_namespaces: false" in envelope.error.message
     assert "ran half-isolated" not in envelope.user_out_tail
     assert left_behind(aws) == NOTHING
+
+
+def host_addresses() -> list[str]:
+    """This machine's own addresses other than loopback and link-local ones: IPv4 from the kernel's local routes,
+    IPv6 from ``/proc/net/if_inet6``."""
+    found: set[str] = set()
+    lines = Path("/proc/net/fib_trie").read_text().splitlines()
+    for line, following in itertools.pairwise(lines):
+        if line.strip().startswith("|--") and following.strip() == "/32 host LOCAL":
+            found.add(line.split()[-1])
+    for line in Path("/proc/net/if_inet6").read_text().splitlines():
+        found.add(str(ipaddress.IPv6Address(bytes.fromhex(line.split()[0]))))
+    addresses = [ipaddress.ip_address(a) for a in found]
+    return sorted(str(a) for a in addresses if not (a.is_loopback or a.is_link_local))
+
+
+def test_a_program_in_a_task_reaches_the_aws_endpoint_and_nothing_of_the_host(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer, moto_endpoint: str
+) -> None:
+    moto = urlparse(moto_endpoint)
+    with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as listener:
+        # a service on every address of the host, so "unreachable" below is the task's network, not a closed port
+        port = listener.getsockname()[1]
+        targets = [
+            ("127.0.0.1", 5432),  # PostgreSQL
+            ("127.0.0.1", 6379),  # Redis
+            ("127.0.0.1", port),
+            ("::1", port),
+            *((address, port) for address in host_addresses()),
+            ("169.254.169.254", 80),  # an instance metadata service
+            (moto.hostname, moto.port),  # the AWS endpoint: the task's own way out, as on Fargate
+        ]
+        code = (
+            "import json, socket\n"
+            "def reach(host, port):\n"
+            "    try:\n"
+            "        socket.create_connection((host, port), timeout=10).close()\n"
+            "        return 'connected'\n"
+            "    except OSError as error:\n"
+            "        return type(error).__name__\n"
+            f"print(json.dumps({{f'{{h}} {{p}}': reach(h, p) for h, p in {targets!r}}}))\n"
+        )
+        envelope = run(aws, code, tmp_path).envelope
+    assert envelope.ok, envelope.report_text
+    assert "(fargate-uid)" in envelope.report_text  # the executor shares the task's network, as on Fargate
+    reached = json.loads(envelope.user_out_tail)
+    assert reached.pop(f"{moto.hostname} {moto.port}") == "connected"
+    assert len(reached) >= 6
+    assert {target: outcome for target, outcome in reached.items() if outcome == "connected"} == {}
+    assert left_behind(aws) == NOTHING
+    player.join()  # the task's container and its pause container are gone with it
+    (task,) = player.played
+    assert client_for(None).containers.list(all=True, filters={"label": f"berth.test.ecs_task={task.id}"}) == []

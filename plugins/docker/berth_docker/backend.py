@@ -10,7 +10,8 @@ on the run's socket; the executor is a container with
 * the run's limits on the container: memory (and swap, the same), pids, CPUs, a ``/dev/shm`` of
   ``shared_memory_mb``, plus the bootstrap's rlimits inside (CPU seconds, file size, address space);
 * exactly three binds: the program folder read-only, ``work/`` and ``out/`` writable, and the socket folder
-  read-only (connecting needs no write access to the folder);
+  read-only (connecting needs no write access to the folder); ``work/`` and ``out/`` are the host's run folders,
+  so the run's disk quota (a tmpfs the host mounted there, :mod:`berth.execution.quota`) bounds them here too;
 * an environment of ``WORKDIR``, ``OUTPUT_DIR``, ``EXECUTION_ID``, ``BUNDLE_ID`` and the socket path only.
 
 The wall-time limit is the host's: at the deadline the container is killed, and every process of the run with
@@ -31,6 +32,7 @@ from typing import Any, Final, Literal
 
 from berth.execution.limits import MIB, ExecLimits
 from berth.execution.payload import launch_environment
+from berth.execution.quota import quota_finding
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
     EXECUTOR_FLAGS,
@@ -48,6 +50,7 @@ from berth.execution.sandbox import (
     executor_options,
     signal_of_status,
 )
+from berth.execution.waits import in_own_thread
 from berth.hooks import hookimpl
 from berth_docker.engine import (
     CONTAINER_LABEL,
@@ -155,9 +158,8 @@ class DockerBackend:
             await asyncio.to_thread(container.start, launch)
             logs = request.folder.logs
             limit = request.limits.file_size_mb * MIB
-            pumping = asyncio.ensure_future(
-                asyncio.to_thread(container.pump_output, logs / "stdout", logs / "stderr", limit)
-            )
+            # the output stream and the wait last as long as the run: each in a thread of its own, not a pool's
+            pumping = in_own_thread(container.pump_output, logs / "stdout", logs / "stderr", limit)
             timed_out = False
             try:
                 await asyncio.wait_for(asyncio.shield(pumping), request.limits.timeout_s)
@@ -168,7 +170,7 @@ class DockerBackend:
             except asyncio.CancelledError:
                 await asyncio.to_thread(container.kill)
                 raise
-            end = await asyncio.to_thread(container.wait)
+            end = await in_own_thread(container.wait)
         except EngineError as error:
             return SandboxOutcome(None, None, False, time.monotonic() - started, isolation, failure=str(error))
         finally:
@@ -274,6 +276,7 @@ class DockerBackend:
             findings.append(DoctorFinding(f"exec image {self.image}", True, "present"))
         except Exception:  # the SDK raises ImageNotFound or an APIError
             findings.append(DoctorFinding(f"exec image {self.image}", False, "build it with `berth exec build-image`"))
+        findings.append(quota_finding())
         findings.append(DoctorFinding("isolation", True, self.isolation_summary()))
         return findings
 

@@ -24,6 +24,7 @@ from berth_docker.engine import CONTAINER_LABEL, DEADLINE_LABEL, client_for, rea
 from berth_docker.image import build_exec_image, default_context
 
 from berth.execution.limits import ExecLimits
+from berth.execution.reaping import reap_stale_run_folders
 from berth.execution.runs import ExecService
 
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
@@ -243,3 +244,4 @@ def test_a_killed_hosts_container_is_removed_by_the_sweep_past_its_deadline(tmp_
     finally:
         with contextlib.suppress(Exception):
             container.remove(force=True)
+        reap_stale_run_folders(ExecService().root)  # the killed host's run folder, and its disk quota's mount

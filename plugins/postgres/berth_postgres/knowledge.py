@@ -1,9 +1,11 @@
 """The PostgreSQL :class:`~berth.knowledge.store.SpaceStore`: knowledge indexes shared by every host.
 
-Tables of migration ``0005_knowledge``: ``knowledge_spaces`` (version and meta per bundle space),
-``knowledge_files`` and ``knowledge_chunks`` (a weighted ``tsvector`` under a GIN index for lexical ranking;
-embeddings as ``real[]``, ranked by the host with one numpy product per query over the version's matrix,
-loaded once per version). A refresh holds a session advisory lock keyed by the space, so one host indexes a
+Tables of migrations ``0005_knowledge`` and ``0007_knowledge_terms``: ``knowledge_spaces`` (version, meta and
+number of chunks per bundle space), ``knowledge_files`` and ``knowledge_chunks`` (a weighted ``tsvector`` under a
+GIN index for lexical ranking; embeddings as ``real[]`` — only a semantic embedder's —, ranked by the host with
+one numpy product per query over the version's matrix, loaded once per version), and ``knowledge_terms`` (how
+many chunks of the space hold each lexeme: the document frequencies of the lexical ranking, kept by each
+refresh's transaction). A refresh holds a session advisory lock keyed by the space, so one host indexes a
 space and every other finds it done; its writes are one transaction, so readers keep the previous version
 until it commits.
 
@@ -27,8 +29,7 @@ from berth.knowledge.store import (
     FileRecord,
     FileUpdate,
     VectorMatrix,
-    identifier_words,
-    path_words,
+    indexed_fields,
     query_words,
 )
 from berth_postgres.pool import StorePool
@@ -40,10 +41,18 @@ if TYPE_CHECKING:
 
     from berth.host.connections import DistributedConnections
 
-__all__ = ["REQUIRED_MIGRATION", "PostgresKnowledgeStores", "PostgresSpaceStore", "create_knowledge_stores"]
+__all__ = [
+    "COMMON_CHUNKS",
+    "REQUIRED_MIGRATION",
+    "PostgresKnowledgeStores",
+    "PostgresSpaceStore",
+    "create_knowledge_stores",
+]
 
-REQUIRED_MIGRATION: Final = "0005_knowledge"
+REQUIRED_MIGRATION: Final = "0007_knowledge_terms"
 _MAX_QUERY_WORDS: Final = 32
+COMMON_CHUNKS: Final = 1_000
+"""A query word in this many chunks of a space is common: its ranks are computed only when needed."""
 _LABEL_WEIGHTS: Final = [0.33, 0.0, 0.67, 1.0]
 """``ts_rank``'s weights of the labels D (text), C (unused), B (path), A (title)."""
 _LOCK_NAMESPACE: Final = 0x6B6E6F77  # 'know': keeps the space locks apart from other advisory locks
@@ -57,14 +66,39 @@ _INSERT_CHUNK: Final = (
     f"document) VALUES ($4, $5, $6, $7, $8, $9, $10, $11, $12, {_DOCUMENT})"
 )
 
+_FORGET_TERMS: Final = (
+    "WITH gone AS (SELECT term, count(*) AS n FROM knowledge_chunks, unnest(tsvector_to_array(document)) AS term "
+    "WHERE space_id = $1 AND path = ANY($2::text[]) GROUP BY term) "
+    "UPDATE knowledge_terms k SET chunks = k.chunks - gone.n FROM gone WHERE k.space_id = $1 AND k.term = gone.term"
+)
+"""Take the chunks of these paths (about to be deleted) out of the space's document frequencies."""
+_COUNT_TERMS: Final = (
+    "INSERT INTO knowledge_terms (space_id, term, chunks) "
+    "SELECT $1, term, count(*) FROM knowledge_chunks, unnest(tsvector_to_array(document)) AS term "
+    "WHERE space_id = $1 AND path = ANY($2::text[]) GROUP BY term "
+    "ON CONFLICT (space_id, term) DO UPDATE SET chunks = knowledge_terms.chunks + EXCLUDED.chunks"
+)
+"""Add the chunks of these paths (just inserted) to the space's document frequencies."""
+
 
 class PostgresKnowledgeStores:
     """Opens the stores of every space over one connection pool (opened on first use)."""
 
     def __init__(
-        self, dsn: str, *, min_size: int = 1, max_size: int = 4, retry_budget_s: float = DEFAULT_RETRY_BUDGET_S
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+        common_chunks: int = COMMON_CHUNKS,
     ) -> None:
+        """
+        :param common_chunks: a query word in this many chunks of a space is common (see
+            :meth:`PostgresSpaceStore.lexical`).
+        """
         self.dsn = dsn
+        self.common_chunks = common_chunks
         self._pool = StorePool(dsn, min_size=min_size, max_size=max_size, retry_budget_s=retry_budget_s)
         self._opened = False
         self._opening = asyncio.Lock()
@@ -74,7 +108,7 @@ class PostgresKnowledgeStores:
         return PostgresSpaceStore(self, bundle_id, space)
 
     async def pool(self) -> StorePool:
-        """The open pool (a schema behind ``0005_knowledge`` is refused: run ``berth migrate``)."""
+        """The open pool (a schema behind ``0007_knowledge_terms`` is refused: run ``berth migrate``)."""
         if not self._opened:
             async with self._opening:
                 if not self._opened:
@@ -103,6 +137,7 @@ class PostgresSpaceStore:
         self.space = space
         self._space_id: int | None = None
         self._vectors: VectorMatrix | None = None
+        self._loading = asyncio.Lock()
 
     async def _id(self) -> int:
         """The space's row id (the row is made on first use)."""
@@ -199,34 +234,68 @@ class PostgresSpaceStore:
         if not words:
             return []
         terms = ["'" + word.replace("'", "''") + "'" for word in words]
+        # a word the parser splits into several lexemes (a phrase) is as rare as its rarest lexeme, at most
         frequencies = await self._fetch(
-            "SELECT t.n, (SELECT count(*) FROM knowledge_chunks c WHERE c.space_id = $1 "
-            "AND c.document @@ to_tsquery('english', t.term)) AS df, "
-            "(SELECT count(*) FROM knowledge_chunks c WHERE c.space_id = $1) AS total "
-            "FROM unnest($2::text[]) WITH ORDINALITY AS t(term, n)",
-            terms,
+            "SELECT t.n, (SELECT min(k.chunks) FROM unnest(tsvector_to_array(to_tsvector('english', t.word))) AS l "
+            "JOIN knowledge_terms k ON k.space_id = $1 AND k.term = l) AS df, "
+            "(SELECT chunks FROM knowledge_spaces WHERE id = $1) AS total "
+            "FROM unnest($2::text[]) WITH ORDINALITY AS t(word, n)",
+            words,
         )
-        weights = [0.0] * len(terms)
+        scored: list[tuple[str, float, int]] = []
         for row in frequencies:
-            total, df = int(row["total"]), int(row["df"])
-            weights[int(row["n"]) - 1] = math.log(1 + (total - df + 0.5) / (df + 0.5)) if df else 0.0
-        kept = [(term, weight) for term, weight in zip(terms, weights, strict=True) if weight > 0]
-        if not kept:
+            total, df = int(row["total"]), int(row["df"] or 0)
+            if df:
+                scored.append((terms[int(row["n"]) - 1], math.log(1 + (total - df + 0.5) / (df + 0.5)), df))
+        if not scored:
             return []
-        where, parameters = _within_sql(within, 7)
+        # Exact pruning: a chunk holding only the common words (every one in half the space, say) scores less than
+        # the sum of their weights (each word's saturated rank is below 1). First rank the chunks holding a rarer
+        # word (by every word); when the last of them still beats that sum, no chunk of common words only can
+        # enter, and their ranks — most of the work — are never computed. A filter keeps this exact: both passes
+        # rank only the chunks it lets through, and the bound holds for each chunk, whichever qualify.
+        scored.sort(key=lambda item: -item[1])
+        common = [weight for _, weight, df in scored if df >= self._stores.common_chunks]
+        rare = [term for term, _, df in scored if df < self._stores.common_chunks]
+        if common and rare:
+            rows = await self._rank(scored, limit, among=rare, within=within)
+            if len(rows) >= limit and rows[-1][1] > sum(common):
+                return rows
+        return await self._rank(scored, limit, within=within)
+
+    async def _rank(
+        self,
+        scored: Sequence[tuple[str, float, int]],
+        limit: int,
+        among: Sequence[str] | None = None,
+        within: ChunkFilter | None = None,
+    ) -> list[tuple[int, float]]:
+        """The ``limit`` best chunks by the sum of each term's weighted ``ts_rank`` (of the chunks holding one of
+        the terms ``among``, when given; only those ``within`` lets through, when given). One branch per term, each
+        reading that term's postings from the GIN index whatever the planner's statistics (a space just indexed
+        has none: a join over the terms scanned every chunk of the space per term); each rank is computed before
+        the grouping, so the sort carries ids and numbers, not documents. Scores are compared to 9 decimals: the
+        order the sum adds its terms in (the plan's) never breaks a tie that the id should."""
+        arguments: list[Any] = [value for term, weight, _ in scored for value in (term, weight)]
+        conditions = ""
+        if among is not None:
+            arguments.append(" | ".join(among))
+            conditions = f" AND c.document @@ to_tsquery('english', ${len(arguments) + 3})"
+        where, parameters = _within_sql(within, len(arguments) + 4)
+        arguments.extend(parameters)
+        conditions += where and f" AND {where}"
+        branches = " UNION ALL ".join(
+            f"SELECT c.id, ts_rank($3::float4[], c.document, to_tsquery('english', ${4 + 2 * i}), 32) "  # noqa: S608 - '$n' marks only
+            f"* ${5 + 2 * i}::float8 AS s FROM knowledge_chunks c WHERE c.space_id = $1 "
+            f"AND c.document @@ to_tsquery('english', ${4 + 2 * i}){conditions}"
+            for i in range(len(scored))
+        )
         rows = await self._fetch(
-            "SELECT c.id, sum(ts_rank($6::float4[], c.document, to_tsquery('english', t.term), 32) * t.weight) "  # noqa: S608 - '$n' marks only
-            "AS score "
-            "FROM knowledge_chunks c, unnest($2::text[], $3::float8[]) AS t(term, weight) "
-            "WHERE c.space_id = $1 AND c.document @@ to_tsquery('english', $4) "
-            f"AND c.document @@ to_tsquery('english', t.term) {where and 'AND ' + where} "
-            "GROUP BY c.id ORDER BY score DESC, c.id LIMIT $5",
-            [term for term, _ in kept],
-            [weight for _, weight in kept],
-            " | ".join(term for term, _ in kept),
+            f"SELECT id, sum(s) AS score FROM ({branches}) AS ranks "  # noqa: S608 - '$n' marks only
+            "GROUP BY id ORDER BY round(sum(s)::numeric, 9) DESC, id LIMIT $2",
             limit,
             _LABEL_WEIGHTS,
-            *parameters,
+            *arguments,
         )
         return [(int(row["id"]), float(row["score"])) for row in rows]
 
@@ -247,16 +316,17 @@ class PostgresSpaceStore:
         """Chunk ids by cosine similarity over the committed version's vectors (loaded once per version); only
         chunks ``within`` lets through."""
         among = None if within is None or within.empty else await self.matching(within, -1)
-        version = await self.version()
-        cached = self._vectors
-        if cached is None or cached.version != version:
-            import numpy as np  # with the first vector search: a worker's start does not need numpy
+        async with self._loading:  # one load per version: a search waits for the one loading after a refresh
+            version = await self.version()
+            cached = self._vectors
+            if cached is None or cached.version != version:
+                import numpy as np  # with the first vector search: a worker's start does not need numpy
 
-            rows = await self._fetch(
-                "SELECT id, vector FROM knowledge_chunks WHERE space_id = $1 AND vector IS NOT NULL"
-            )
-            packed = [(int(row["id"]), np.asarray(row["vector"], dtype=np.float32).tobytes()) for row in rows]
-            cached = self._vectors = VectorMatrix.build(version, packed)
+                rows = await self._fetch(
+                    "SELECT id, vector FROM knowledge_chunks WHERE space_id = $1 AND vector IS NOT NULL"
+                )
+                packed = [(int(row["id"]), np.asarray(row["vector"], dtype=np.float32).tobytes()) for row in rows]
+                cached = self._vectors = VectorMatrix.build(version, packed)
         return cached.nearest(vector, limit, among=among)
 
     # -- writing -------------------------------------------------------------------------------------
@@ -286,6 +356,7 @@ class PostgresSpaceStore:
         pool = await self._stores.pool()
 
         async def work(connection: Any) -> int:
+            await connection.execute(_FORGET_TERMS, space_id, gone)
             await connection.execute(
                 "DELETE FROM knowledge_chunks WHERE space_id = $1 AND path = ANY($2::text[])", space_id, gone
             )
@@ -299,13 +370,15 @@ class PostgresSpaceStore:
                   len(u.chunks)) for u in updates],
             )  # fmt: skip
             await connection.executemany(_INSERT_CHUNK, list(_chunk_rows(space_id, updates)))
+            await connection.execute(_COUNT_TERMS, space_id, [update.record.path for update in updates])
+            await connection.execute("DELETE FROM knowledge_terms WHERE space_id = $1 AND chunks <= 0", space_id)
             await connection.executemany(
                 "UPDATE knowledge_files SET stat = $3 WHERE space_id = $1 AND path = $2",
                 [(space_id, record.path, record.stat) for record in touched],
             )
             row = await connection.fetchrow(
-                "UPDATE knowledge_spaces SET version = version + 1, meta = meta || $2::jsonb WHERE id = $1 "
-                "RETURNING version",
+                "UPDATE knowledge_spaces SET version = version + 1, meta = meta || $2::jsonb, "
+                "chunks = (SELECT count(*) FROM knowledge_chunks WHERE space_id = $1) WHERE id = $1 RETURNING version",
                 space_id,
                 json.dumps({**meta, "indexed_at": str(await connection.fetchval("SELECT extract(epoch FROM now())"))}),
             )
@@ -362,8 +435,7 @@ def _chunk_rows(space_id: int, updates: Sequence[FileUpdate]) -> Iterable[tuple[
     for update in updates:
         vectors = list(update.vectors) or [None] * len(update.chunks)
         for chunk, vector in zip(update.chunks, vectors, strict=True):
-            title = chunk.title + " " + identifier_words(chunk.title)
-            body = chunk.text + "\n" + identifier_words(chunk.title + " " + chunk.text)
+            title, path, body = indexed_fields(chunk.title, chunk.path, chunk.text)
             values = np.frombuffer(vector, dtype=np.float32).tolist() if vector is not None else None
-            yield (title, path_words(chunk.path), body, space_id, chunk.path, chunk.anchor, chunk.title,
+            yield (title, path, body, space_id, chunk.path, chunk.anchor, chunk.title,
                    chunk.text, chunk.first_line, chunk.last_line, chunk.kind, values)  # fmt: skip

@@ -178,3 +178,27 @@ def test_the_local_backends_sweep_removes_empty_run_cgroups_past_their_grace() -
         assert not any(folder.exists() for folder in left.folders)
     finally:
         left.remove()
+
+
+def _mount_points_under(folder: Path) -> set[str]:
+    """The mount points at or under ``folder`` in this process's mount namespace (the host's)."""
+    return {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()} & {
+        str(folder / name) for name in ("disk", "work", "out")
+    }
+
+
+async def test_the_exec_sweep_unmounts_a_killed_hosts_run_disk_and_keeps_a_live_ones(
+    killed_and_live: tuple[Path, Path, subprocess.Popen[str]], runs_root: Path
+) -> None:
+    killed_folder, live_folder, live_host = killed_and_live
+    mounted = {str(killed_folder / name) for name in ("disk", "work", "out")}
+    assert _mount_points_under(killed_folder) == mounted  # the killed host never unmounted its run's quota tmpfs
+    execution = Execution({"local": LocalBackend.from_profile}, service=ExecService(root=runs_root))
+
+    await ExecSweep(execution, lambda: ExecConfig()).sweep_once()
+
+    assert _mount_points_under(killed_folder) == set()
+    assert not killed_folder.exists()
+    assert _mount_points_under(live_folder) == {str(live_folder / name) for name in ("disk", "work", "out")}
+    _finish(live_folder, live_host)
+    assert _mount_points_under(live_folder) == set()

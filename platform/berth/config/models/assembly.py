@@ -282,6 +282,7 @@ class LocalExecProfile(DescriptorModel):
     pids: int = Field(128, gt=0)
     cpu_s: int = Field(60, gt=0)
     file_size_mb: int = Field(64, gt=0, description="the largest file (and stdout/stderr) a run may write")
+    disk_mb: int = Field(512, gt=0, description="what work/ and out/ may hold together (a tmpfs per run)")
     isolation: Literal["auto", "bwrap", "unshare", "none"] = Field(
         "auto",
         description="auto: bubblewrap when it works, else unshare; none: a plain subprocess (trusted code only)",
@@ -311,6 +312,7 @@ class DockerExecProfile(DescriptorModel):
     pids: int = Field(256, gt=0)
     cpu_s: int = Field(120, gt=0)
     file_size_mb: int = Field(64, gt=0, description="the largest file (and stdout/stderr) a run may write")
+    disk_mb: int = Field(512, gt=0, description="what work/ and out/ may hold together (a tmpfs per run)")
     timeout_s: float = Field(120, gt=0)
 
 

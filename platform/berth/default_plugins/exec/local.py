@@ -40,6 +40,7 @@ from typing import Any, Final, Literal
 import berth_exec
 from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable, remove_empty_cgroups
 from berth.execution.limits import MIB
+from berth.execution.quota import quota_finding
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
     EXECUTOR_FLAGS,
@@ -55,6 +56,7 @@ from berth.execution.sandbox import (
     SandboxRequest,
     executor_environment,
 )
+from berth.execution.waits import process_exit
 from berth.hooks import hookimpl
 from berth_exec.runner import launch_lines
 
@@ -104,8 +106,9 @@ class LocalBackend:
     async def run(self, request: SandboxRequest) -> SandboxOutcome:
         """Run the program; on timeout kill its process group (the sandbox's pid namespace goes with it).
 
-        The end is awaited (a thread blocked in ``waitpid``), not polled: ``Popen.wait(timeout=…)`` sleeps in
-        doubling steps and would add up to half a run's time to every run.
+        The end is awaited on a pidfd the event loop watches (:func:`~berth.execution.waits.process_exit`), not
+        polled (``Popen.wait(timeout=…)`` sleeps in doubling steps and would add up to half a run's time to every
+        run) and not in a pool's thread (held for the run's life, it starved the pool when many runs were in flight).
         """
         isolation = self.isolation
         argv, env = self.command(request, isolation)
@@ -147,8 +150,7 @@ class LocalBackend:
             process = await asyncio.to_thread(_start, argv, env, request, launch)
         except OSError as exc:
             return SandboxOutcome(None, None, False, 0.0, isolation, failure=f"{argv[0]}: {exc}")
-        # The end is awaited in a thread blocked in waitpid(), not polled (Popen.wait(timeout) sleeps in steps).
-        ended = asyncio.ensure_future(asyncio.to_thread(process.wait))
+        ended = asyncio.ensure_future(process_exit(process))
         timed_out = False
         try:
             returncode = await asyncio.wait_for(asyncio.shield(ended), request.limits.timeout_s)
@@ -218,6 +220,7 @@ class LocalBackend:
                 "writable" if cgroups_writable() else "/sys/fs/cgroup/{memory,pids,cpu} not writable: rlimits only",
             )
         )
+        findings.append(quota_finding())
         findings.append(
             DoctorFinding(
                 "isolation",

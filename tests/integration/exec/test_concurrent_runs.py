@@ -1,0 +1,91 @@
+"""More runs at once than the event loop's default executor has threads, each calling a sync bundle tool through
+the supervisor: a run awaits its process without holding one of those threads, so they all live together.
+
+The tool is a meeting point: it returns only once every run has called it, so the runs end only if all of them are
+alive at the same time. The default executor is cut to two threads, standing for a host's (``os.cpu_count() + 4``
+threads) with more runs than that in flight; each run starts once the one before is in its tool call, so each
+thread a run held for its life would be held before the next run needs one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from berth.default_plugins.exec.local import LocalBackend
+from berth.execution.dispatch import ScopedToolDispatch
+from berth.execution.limits import ExecLimits
+from berth.execution.runs import ExecRun, ExecService
+from berth.tools.spec import build_tool_spec
+from berth.tools.threads import ToolThreadPools
+
+pytestmark = pytest.mark.sandbox
+
+RUNS = (os.cpu_count() or 1) + 4
+DEFAULT_THREADS = 2
+MEET_TIMEOUT_S = 60.0
+LIMITS = ExecLimits(timeout_s=120, memory_mb=256, cpu_s=10, processes=32, file_size_mb=4)
+PROGRAM = """
+from berth_exec import tools
+print(tools.call("t.meet", run=int(open("run.txt").read())))
+"""
+
+
+class MeetingPoint:
+    """``t.meet``, a sync tool served as a host serves a bundle's (in its tool threads): it returns once every run
+    has called it, and tells the test's loop of each arrival."""
+
+    def __init__(self, runs: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._everyone = threading.Barrier(runs, timeout=MEET_TIMEOUT_S)
+        self.arrived = [asyncio.Event() for _ in range(runs)]
+        threads = ToolThreadPools(size=runs).pool("probe", "acme")
+        self.dispatch = ScopedToolDispatch({"t.meet": build_tool_spec(self.meet).running_on(None, threads.run)})
+
+    def meet(self, run: int) -> int:
+        """Wait for every run to arrive.
+
+        Args:
+            run: the calling run's number.
+        """
+        self._loop.call_soon_threadsafe(self.arrived[run].set)
+        return self._everyone.wait()
+
+
+@pytest.fixture
+async def scarce_default_executor() -> AsyncIterator[None]:
+    """The running loop's default executor cut to :data:`DEFAULT_THREADS` threads."""
+    executor = ThreadPoolExecutor(max_workers=DEFAULT_THREADS, thread_name_prefix="scarce-default")
+    asyncio.get_running_loop().set_default_executor(executor)
+    yield
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.mark.usefixtures("scarce_default_executor")
+async def test_more_runs_than_default_threads_all_live_at_once_and_finish() -> None:
+    service = ExecService(root=Path("/tmp") / f"berth-exec-test-{os.getpid()}")
+    backend = LocalBackend(isolation="bwrap")
+    meeting = MeetingPoint(RUNS)
+    started = time.monotonic()
+    pending: list[asyncio.Future[ExecRun]] = []
+    for number in range(RUNS):
+        pending.append(
+            asyncio.ensure_future(
+                service.run(PROGRAM, backend=backend, limits=LIMITS, bundle_id="probe", dispatch=meeting.dispatch,
+                            inputs=[("run.txt", str(number).encode())])
+            )
+        )  # fmt: skip
+        await meeting.arrived[number].wait()  # alive and in its tool call: only now the next run starts
+    runs = await asyncio.gather(*pending)
+    wall_s = time.monotonic() - started
+    for run in runs:
+        assert run.envelope.ok, run.envelope.report_text
+    assert sorted(int(run.envelope.user_out_tail) for run in runs) == list(range(RUNS))  # Barrier.wait's indexes
+    print(f"{RUNS} concurrent local runs, default executor of {DEFAULT_THREADS} threads: {wall_s:.2f} s")
