@@ -31,6 +31,7 @@ def cross_file_problems(descriptors: DescriptorSet, secret_providers: Iterable[s
         *_gateway_problems(descriptors),
         *_budget_problems(descriptors),
         *_secret_ref_problems(descriptors),
+        *_bundle_platform_secret_problems(descriptors),
         *_secret_source_problems(descriptors, providers),
         *_effective_settings_problems(descriptors),
         *_bundle_exec_problems(descriptors),
@@ -244,6 +245,19 @@ def _secret_ref_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProbl
                     file,
                     path,
                     f"secret '{secret_ref_name(value)}' is not declared in secrets.yaml (known: {_known(declared)})",
+                )
+
+
+def _bundle_platform_secret_problems(descriptors: DescriptorSet) -> Iterator[DescriptorProblem]:
+    declared = descriptors.secrets.root
+    for bundle_id, entry in descriptors.bundles.bundles.items():
+        for index, name in enumerate(entry.secrets):
+            if name not in declared:
+                yield _problem(
+                    descriptors,
+                    BUNDLES,
+                    ("bundles", bundle_id, "secrets", index),
+                    f"secret '{name}' is not declared in secrets.yaml (known: {_known(declared)})",
                 )
 
 

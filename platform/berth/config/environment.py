@@ -102,9 +102,15 @@ class ExecTaskEnvironment(BaseSettings):
     endpoint_url: str | None = None
     """``BERTH_EXEC_ENDPOINT_URL``: an AWS-compatible endpoint (tests, other clouds)."""
 
+    deadline_s: float | None = None
+    """``BERTH_EXEC_DEADLINE_S``: the task's own wall time for the run (the run's ``timeout_s`` plus the profile's
+    ``task_deadline_grace_s``): past it the task ends the run itself and hands back what there is, so a task whose
+    host died (and will never call ``stop_task``) does not run on."""
+
 
 EXEC_TASK_VARIABLES = frozenset(
-    f"BERTH_EXEC_{name.upper()}" for name in ("payload_secret_id", "input_uri", "output_uri", "region", "endpoint_url")
+    f"BERTH_EXEC_{name.upper()}"
+    for name in ("payload_secret_id", "input_uri", "output_uri", "region", "endpoint_url", "deadline_s")
 )
 
 

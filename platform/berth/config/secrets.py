@@ -6,6 +6,7 @@ A secret source (a value in ``secrets.yaml`` or ``bundles.secrets.yaml``) is one
 * ``file:PATH`` — the file's content without its trailing newline (relative to the descriptors folder);
 * ``<provider>:<ref>`` — a secret-provider plugin (``aws-sm:prod/db#password``);
 * ``literal:VALUE`` — ``VALUE`` itself, even if it contains a colon;
+* ``withheld:`` — a secret kept back from a supervisor away from the host: reading it is an error;
 * anything else — the literal value (``redis://127.0.0.1:6379/0`` is a literal: a ``scheme://`` is
   never taken for a provider).
 """
@@ -115,7 +116,19 @@ class LiteralSecretProvider:
         return ref
 
 
-BUILTIN_PROVIDER_NAMES = ("env", "file", "literal")
+class WithheldSecretProvider:
+    """``withheld:``: a secret the host kept back from a supervisor away from it (its bundle did not declare it in
+    ``bundles.yaml``; :mod:`berth.execution.payload`). The name stays, so references to it still validate."""
+
+    def resolve(self, ref: str) -> str:
+        """Refuse: the value never left the host."""
+        raise ConfigError(
+            "secret_withheld",
+            "withheld from this run's supervisor: list it under the bundle's 'secrets' in bundles.yaml",
+        )
+
+
+BUILTIN_PROVIDER_NAMES = ("env", "file", "literal", "withheld")
 
 
 @dataclass(frozen=True)
@@ -180,6 +193,7 @@ class SecretResolver:
             "env": EnvSecretProvider(environ),
             "file": FileSecretProvider(base_dir),
             "literal": LiteralSecretProvider(),
+            "withheld": WithheldSecretProvider(),
         }
         self._cache: dict[SecretSource, str] = {}
         self._lock = threading.Lock()

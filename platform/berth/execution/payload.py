@@ -1,7 +1,8 @@
 """The supervisor's launch payload, and the descriptors it is given, filtered per ``descriptor_payload_scope``.
 
-A supervisor that runs away from the host (a Docker container, a Fargate task) gets everything it needs in its
-environment, per the isolated-execution contract:
+A supervisor that runs away from the host (a Docker container, a Fargate task) gets everything it needs as a set of
+variables, per the isolated-execution contract (the split supervisor process reads them from its environment; the
+combined entry reads them from its stdin, :func:`supervisor_input`, so they are in no container's environment):
 
 * ``BERTH_EXEC_PAYLOAD``: the run as JSON (:class:`LaunchPayload`: exec id, token, tenant, project, bundle,
   executor uid, socket path, per-call timeout);
@@ -12,8 +13,10 @@ With ``active_bundle`` (the default) the descriptors hold only what the active b
 platform section and the active tenant with only the active project; ``bundles.yaml``'s entry of the active bundle
 and the active scope's visibility and props of it alone; ``bundles.secrets.yaml``'s secrets of the active bundle
 (bundle-wide and the active scope's) and no other bundle's; no ``gateway.yaml`` (the supervisor admits nothing;
-its keys are other tenants' business). ``secrets.yaml`` holds platform secrets, which a bundle's tool may read, and
-goes as it is. With ``full``, every file goes unchanged. :func:`materialize` writes them back into a folder of
+its keys are other tenants' business); ``secrets.yaml``'s platform secrets that the active bundle declares
+(``secrets:`` of its ``bundles.yaml`` entry) and no other: one that the shipped descriptors still refer to
+(``secret:anthropic_api_key`` in the models section) goes as ``withheld:``, a name without its source, which the
+supervisor cannot read. With ``full``, every file goes unchanged. :func:`materialize` writes them back into a folder of
 mode 0700 that :meth:`berth.config.Configuration.load` reads like any descriptor set.
 """
 
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
+from berth.config.models.common import is_secret_ref, secret_ref_name
 from berth.execution.sandbox import SANDBOX_SOCKET_DIR, SOCKET_NAME, SandboxRequest
 
 if TYPE_CHECKING:
@@ -43,6 +47,8 @@ DESCRIPTOR_VARIABLES = {
     "gateway.yaml": "BERTH_DESCRIPTOR_GATEWAY_B64",
 }
 PayloadScope = Literal["active_bundle", "full"]
+WITHHELD_SOURCE = "withheld:"
+"""What a platform secret the active bundle did not declare becomes in the shipped ``secrets.yaml``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +125,14 @@ def filter_descriptors(
     if scope == "full":
         chosen = {name: documents.get(name) or {} for name in DESCRIPTOR_VARIABLES}
     else:
+        assembly = _active_assembly(documents.get("assembly.yaml") or {}, tenant, project)
+        bundles = _active_bundles(documents.get("bundles.yaml") or {}, tenant, project, bundle_id)
         chosen = {
-            "assembly.yaml": _active_assembly(documents.get("assembly.yaml") or {}, tenant, project),
-            "bundles.yaml": _active_bundles(documents.get("bundles.yaml") or {}, tenant, project, bundle_id),
-            "secrets.yaml": documents.get("secrets.yaml") or {},
+            "assembly.yaml": assembly,
+            "bundles.yaml": bundles,
+            "secrets.yaml": _declared_platform_secrets(
+                documents.get("secrets.yaml") or {}, bundles, bundle_id, _secret_refs(assembly, bundles)
+            ),
             "bundles.secrets.yaml": _active_bundle_secrets(
                 documents.get("bundles.secrets.yaml") or {}, tenant, project, bundle_id
             ),
@@ -140,6 +150,22 @@ def payload_environment(payload: LaunchPayload, documents: Mapping[str, Any]) ->
         text = yaml.safe_dump(documents.get(name) or {}, sort_keys=False)
         environment[variable] = base64.b64encode(text.encode("utf-8")).decode("ascii")
     return environment
+
+
+def supervisor_input(environment: Mapping[str, str], launch: bytes) -> bytes:
+    """What the combined entry reads on its stdin: the launch variables (payload, descriptors) as one JSON line,
+    then the executor's launch lines. Nothing of it is in the container's or task's environment."""
+    return json.dumps(dict(environment)).encode("utf-8") + b"\n" + launch
+
+
+def read_supervisor_input(data: bytes) -> tuple[dict[str, str], bytes]:
+    """Split :func:`supervisor_input` back into the launch variables and the launch lines; ``ValueError`` when the
+    first line is not a JSON object of strings."""
+    first, _, launch = data.partition(b"\n")
+    environment = json.loads(first.decode("utf-8"))
+    if not isinstance(environment, dict) or not all(isinstance(v, str) for v in environment.values()):
+        raise ValueError("the first line of the input is not a JSON object of strings")
+    return environment, launch
 
 
 def materialize(environment: Mapping[str, str], folder: Path) -> Path:
@@ -200,6 +226,33 @@ def _active_bundle_secrets(document: Mapping[str, Any], tenant: str, project: st
     if scoped:
         result["tenants"] = scoped
     return result
+
+
+def _secret_refs(*documents: Any) -> set[str]:
+    """The names every ``secret:NAME`` string in ``documents`` refers to."""
+    names: set[str] = set()
+    pending = list(documents)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Mapping):
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+        elif is_secret_ref(node):
+            names.add(secret_ref_name(node))
+    return names
+
+
+def _declared_platform_secrets(
+    document: Mapping[str, Any], bundles: Mapping[str, Any], bundle_id: str, referenced: set[str]
+) -> dict[str, Any]:
+    entry = (bundles.get("bundles") or {}).get(bundle_id) or {}
+    declared = set(entry.get("secrets") or [])
+    return {
+        name: source if name in declared else WITHHELD_SOURCE
+        for name, source in document.items()
+        if name in declared or name in referenced
+    }
 
 
 def _absolute_sources(document: Mapping[str, Any], base_dir: Path) -> dict[str, Any]:

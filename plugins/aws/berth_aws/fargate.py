@@ -119,6 +119,7 @@ class FargateBackend:
         self.start_timeout_s = float(profile.get("start_timeout_s", 300))
         self.stop_timeout_s = float(profile.get("stop_timeout_s", 120))
         self.poll_interval_s = float(profile.get("poll_interval_s", 2.0))
+        self.task_deadline_grace_s = float(profile.get("task_deadline_grace_s", 120))
         self._clients: dict[str, Any] = {}
 
     @classmethod
@@ -241,6 +242,7 @@ class FargateBackend:
             "BERTH_EXEC_PAYLOAD_SECRET_ID": secret_arn,
             "BERTH_EXEC_INPUT_URI": location.uri(location.input_key),
             "BERTH_EXEC_OUTPUT_URI": location.uri(location.output_key),
+            "BERTH_EXEC_DEADLINE_S": str(request.limits.timeout_s + self.task_deadline_grace_s),
         }
         if self.region:
             environment["BERTH_EXEC_REGION"] = self.region
@@ -340,7 +342,8 @@ class FargateBackend:
                 raise AwsCallError(f"s3 download_file: {error_code(error)}") from None
             except BotoCoreError as error:
                 raise AwsCallError(f"s3 download_file: {type(error).__name__}") from None
-            log_budget = Budget(max_bytes=3 * request.limits.file_size_mb * MIB, max_files=3)
+            # stdout, stderr, the supervisor's log and task.json
+            log_budget = Budget(max_bytes=4 * request.limits.file_size_mb * MIB, max_files=4)
             unpack(
                 archive,
                 request.folder.root,

@@ -6,8 +6,9 @@ image with Berth, berth-aws and the bundles installed for the supervisor).
 2. fetches the launch payload from Secrets Manager and the ``work/`` + program snapshot from S3 into
    ``/workspace``, giving ``work/`` and ``out/`` to the executor's uid;
 3. runs :mod:`berth.execution.combined` (the supervisor serving the bundle's tools, the executor as a child that
-   drops its uid), its stdout and stderr going to ``/workspace/logs``; on SIGTERM (``stop_task``) it kills the
-   run and still hands back what the program wrote so far;
+   drops its uid) with the payload on its stdin, the program's stdout and stderr going to ``/workspace/logs`` and
+   the supervisor's own log to ``logs/supervisor.log`` (never into the program's stderr); on SIGTERM
+   (``stop_task``) it kills the run and still hands back what the program wrote so far;
 4. zips ``out/`` and ``logs/`` (with ``task.json``: whether the program ran, and its status) to the output URI
    and exits with the program's status.
 
@@ -37,12 +38,13 @@ from pydantic import ValidationError
 
 from berth.config.environment import ExecTaskEnvironment, aws_sdk_variables, exec_task_environment
 from berth.execution.combined import ISOLATION_FAILED, ISOLATION_FAILURE
-from berth.execution.payload import PAYLOAD_VARIABLE, LaunchPayload
+from berth.execution.payload import PAYLOAD_VARIABLE, LaunchPayload, supervisor_input
 from berth.execution.sandbox import SANDBOX_ROOT, SANDBOX_SOCKET_DIR
 from berth_aws.archive import ArchiveError, Budget, pack, unpack
 from berth_aws.fargate import TASK_REPORT
 
 SETUP_FAILED: Final = 70
+SUPERVISOR_LOG: Final = "supervisor.log"
 INPUT_BUDGET: Final = Budget(max_bytes=16 * 1024**3, max_files=1_000_000)
 
 
@@ -68,6 +70,8 @@ class ExecTask:
         self.process: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
         """Set by SIGTERM: ECS stops the task."""
+        self.overdue = False
+        """Set when the run reached the task's own deadline (its host never stopped it)."""
 
     def client(self, service: str) -> Any:
         """A boto3 client with the task's region and endpoint."""
@@ -91,7 +95,10 @@ class ExecTask:
         code = self.run_combined(environment, str(document["launch"]).encode("utf-8"))
         if code == ISOLATION_FAILED:
             return self.hand_back({"phase": "setup", "error": ISOLATION_FAILURE}, SETUP_FAILED)
-        return self.hand_back({"phase": "ran", "exit_code": code, "stopped": self.stopping.is_set()}, code)
+        report = {"phase": "ran", "exit_code": code, "stopped": self.stopping.is_set() or self.overdue}
+        if self.overdue:
+            report["overdue"] = True
+        return self.hand_back(report, code)
 
     def fetch_payload(self) -> Mapping[str, Any]:
         """The launch payload document: ``{"environment": {…}, "launch": "…"}``."""
@@ -140,17 +147,19 @@ class ExecTask:
         Path(SANDBOX_SOCKET_DIR).mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def run_combined(self, environment: Mapping[str, str], launch: bytes) -> int:
-        """Run :mod:`berth.execution.combined` in a process group of its own; a stop kills that group."""
+        """Run :mod:`berth.execution.combined` in a process group of its own, ``environment`` and ``launch`` on its
+        stdin; a stop kills that group."""
         if self.stopping.is_set():
             return 128 + signal.SIGTERM
         try:
             with open(self.logs / "stdout", "wb") as stdout, open(self.logs / "stderr", "wb") as stderr:
-                self.process = subprocess.Popen(
-                    [sys.executable, "-B", "-m", "berth.execution.combined"],
+                entry = [sys.executable, "-B", "-m", "berth.execution.combined"]
+                self.process = subprocess.Popen(  # noqa: S603 - a fixed entry and the task's own log path
+                    [*entry, "--supervisor-log", str(self.logs / SUPERVISOR_LOG)],
                     stdin=subprocess.PIPE,
                     stdout=stdout,
                     stderr=stderr,
-                    env={**aws_sdk_variables(), **environment},
+                    env=aws_sdk_variables(),
                     cwd="/",
                     start_new_session=True,
                 )
@@ -158,9 +167,17 @@ class ExecTask:
                     self.kill_group()
                 assert self.process.stdin is not None
                 with contextlib.suppress(BrokenPipeError):
-                    self.process.stdin.write(launch)
+                    self.process.stdin.write(supervisor_input(environment, launch))
                     self.process.stdin.close()
-                returncode = self.process.wait()
+                try:
+                    returncode = self.process.wait(timeout=self.settings.deadline_s)
+                except subprocess.TimeoutExpired:  # the host that should have stopped the task is gone
+                    self.overdue = True
+                    sys.stderr.write(
+                        f"berth_aws.task: the run passed the task's deadline ({self.settings.deadline_s:g} s)\n"
+                    )
+                    self.kill_group()
+                    returncode = self.process.wait()
         finally:
             self.kill_group()
         return 128 - returncode if returncode < 0 else returncode

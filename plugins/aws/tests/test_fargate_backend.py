@@ -10,6 +10,7 @@ import asyncio
 import ipaddress
 import itertools
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -25,7 +26,8 @@ from berth_docker.image import build_exec_image, default_context
 
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecService
-from berth_aws.fargate import FargateBackend
+from berth.execution.sandbox import SandboxRequest
+from berth_aws.fargate import FargateBackend, RunLocation
 from berth_aws.testing import TaskPlayer, create_exec_world
 
 pytestmark = [pytest.mark.aws, pytest.mark.docker, pytest.mark.usefixtures("clean_berth_env")]
@@ -213,6 +215,33 @@ def test_the_wall_time_stops_the_task_and_keeps_what_the_program_wrote(
     assert envelope.user_out_tail == "working\n"
     (task,) = player.played
     assert task.stopped_reason == "berth: exec timeout"
+    assert left_behind(aws) == NOTHING
+
+
+def test_a_task_whose_host_is_gone_ends_the_run_itself_at_its_deadline(
+    tmp_path: Path, aws: dict[str, Any], player: TaskPlayer
+) -> None:
+    # the host launches the task and dies: nobody polls the task or calls stop_task
+    backend = FargateBackend.from_profile({**aws["profile"], "executor_namespaces": False, "task_deadline_grace_s": 1})
+    limits = ExecLimits(timeout_s=2, memory_mb=2048)
+    code = (
+        "import os, time\nopen(os.path.join(os.environ['OUTPUT_DIR'], 'progress.txt'), 'w').write('step 1')\n"
+        "time.sleep(600)\n"
+    )
+    service = ExecService(root=tmp_path / "runs")
+    folder, owner = service._prepare("ex_orphaned", code, [], None)
+    request = SandboxRequest("ex_orphaned", "hello", folder, "token", limits, 61000, 61000, False)
+    location = RunLocation(backend.bucket, backend.prefix, request.exec_id)
+    task_arn, failure = backend.launch(request, location)
+    assert task_arn is not None, failure
+    player.join()  # the task's container ends by itself, or this gives up after 120 s
+    (task,) = player.played
+    assert task.status == "STOPPED"
+    report = backend.restore_output(request, location)
+    assert report["overdue"] is True and report["stopped"] is True
+    assert (folder.out / "progress.txt").read_text() == "step 1"
+    backend.clean_up(location)
+    os.close(owner)
     assert left_behind(aws) == NOTHING
 
 

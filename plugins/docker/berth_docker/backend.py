@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from berth.execution.limits import MIB, ExecLimits
-from berth.execution.payload import launch_environment
+from berth.execution.payload import launch_environment, supervisor_input
 from berth.execution.quota import quota_finding
 from berth.execution.sandbox import (
     EXECUTOR_BOOTSTRAP,
@@ -73,6 +73,10 @@ DEADLINE_GRACE_S: Final = 120.0
 started it kills it at the wall time and removes it when it has read its end)."""
 DEFAULT_SUPERVISOR_PYTHON: Final = "/opt/berth-host/venv/bin/python"
 """Where the combined strategy expects a Python with Berth and the bundles installed (mounted, or in the image)."""
+SUPERVISOR_LOG_DIR: Final = "/run/berth-logs"
+"""Where the combined container sees the run's ``logs/`` folder: its supervisor writes ``supervisor.log`` there,
+apart from the program's stderr (the executor's mount namespace covers it)."""
+SUPERVISOR_LOG: Final = "supervisor.log"
 
 
 def parse_mount(text: str) -> tuple[str, str, str]:
@@ -155,7 +159,7 @@ class DockerBackend:
             launch = launch_lines(
                 request.token, f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}", request.limits.launch_limits()
             ).encode()
-            await asyncio.to_thread(container.start, launch)
+            await asyncio.to_thread(container.start, self.container_input(request, launch))
             logs = request.folder.logs
             limit = request.limits.file_size_mb * MIB
             # the output stream and the wait last as long as the run: each in a thread of its own, not a pool's
@@ -222,20 +226,29 @@ class DockerBackend:
             "ipc_mode": "private",
         }
 
+    def container_input(self, request: SandboxRequest, launch: bytes) -> bytes:
+        """What the run's container reads on its stdin: the executor's ``launch`` lines, and for ``combined`` the
+        supervisor's payload and descriptors before them (never in the container's environment)."""
+        if self.strategy == "split":
+            return launch
+        return supervisor_input(launch_environment(request, executor_options(self)), launch)
+
     def combined_spec(self, request: SandboxRequest) -> ContainerSpec:
         """The one container of the ``combined`` strategy: :mod:`berth.execution.combined` as root with only the
-        capabilities it needs to build the executor's namespaces and drop its uid."""
+        capabilities it needs to build the executor's namespaces and drop its uid; its payload comes on stdin
+        (:meth:`container_input`), its own log goes to the run's ``logs/supervisor.log``."""
         folder = request.folder
         limits = request.limits
         binds = run_binds(folder)
+        binds[str(folder.logs)] = {"bind": SUPERVISOR_LOG_DIR, "mode": "rw"}
         for source, target, mode in self.mounts:
             binds[source] = {"bind": target, "mode": mode}
-        environment = launch_environment(request, executor_options(self))
+        log = f"{SUPERVISOR_LOG_DIR}/{SUPERVISOR_LOG}"
         return ContainerSpec(
             image=self.image,
-            command=[self.supervisor_python, "-B", "-m", "berth.execution.combined"],
+            command=[self.supervisor_python, "-B", "-m", "berth.execution.combined", "--supervisor-log", log],
             user="0:0",
-            environment=environment,
+            environment={},
             working_dir="/",
             binds=binds,
             labels=run_labels(request),
@@ -287,7 +300,8 @@ class DockerBackend:
                 f"docker-combined: one container on network {self.supervisor_network!r}, read-only root, its "
                 "supervisor as root with CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID (to build the executor's "
                 "namespaces and drop its uid); the executor in its own network namespace (lo down), unprivileged, "
-                "no capabilities; limits on the container"
+                "no capabilities, under Berth's seccomp filter (no user namespaces, mounts, ptrace …); limits on "
+                "the container"
             )
         return f"docker-{self.strategy}: --network none, read-only root, no capabilities, limits on the container"
 

@@ -12,6 +12,7 @@ from berth_docker.engine import CONTAINER_LABEL, DEADLINE_LABEL, ContainerEnd, E
 
 from berth.config.models.assembly import DockerExecProfile, ExecConfig
 from berth.execution.limits import ExecLimits
+from berth.execution.payload import read_supervisor_input
 from berth.execution.profiles import Execution
 from berth.execution.runs import ExecService
 from berth.execution.sandbox import RunFolder, SandboxRequest
@@ -47,7 +48,11 @@ def test_combined_hides_its_mounts_and_runs_only_the_capabilities_it_needs(tmp_p
     assert spec.host_config["cap_drop"] == ["ALL"]
     assert spec.host_config["cap_add"] == ["SYS_ADMIN", "SETUID", "SETGID"]
     assert spec.binds["/srv/berth"] == {"bind": "/opt/berth-host", "mode": "ro"}
-    assert '"hidden_paths": ["/opt/berth-host"]' in spec.environment["BERTH_EXEC_PAYLOAD"]
+    assert spec.environment == {}  # the payload goes in on stdin: `docker inspect` shows no part of it
+    environment, launch = read_supervisor_input(backend.container_input(request(tmp_path, tools=False), b"launch"))
+    assert '"hidden_paths": ["/opt/berth-host"]' in environment["BERTH_EXEC_PAYLOAD"] and launch == b"launch"
+    assert spec.binds[str(tmp_path / "logs")] == {"bind": "/run/berth-logs", "mode": "rw"}
+    assert spec.command[-2:] == ["--supervisor-log", "/run/berth-logs/supervisor.log"]
 
 
 def test_the_doctor_names_the_capabilities_the_combined_container_is_granted(tmp_path: Path) -> None:

@@ -240,6 +240,81 @@ async def test_a_child_process_sees_only_the_documented_variables(service: ExecS
     assert names == ["BUNDLE_ID", "EXECUTION_ID", "OUTPUT_DIR", "WORKDIR"]
 
 
+KERNEL_ATTACKS = """
+import ctypes, errno, json, multiprocessing, os, platform, signal, subprocess, threading, time
+
+libc = ctypes.CDLL(None, use_errno=True)
+KEYCTL, BPF, CLONE = {"x86_64": (250, 321, 56), "aarch64": (219, 280, 220)}[platform.machine()]
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+
+def outcome(result):
+    return "allowed" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+
+def clone_new_user():
+    pid = libc.syscall(CLONE, CLONE_NEWUSER | signal.SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return outcome(pid)
+
+def ptrace_own_child():
+    child = os.fork()
+    if child == 0:
+        time.sleep(30)
+        os._exit(0)
+    try:
+        return outcome(libc.ptrace(16, child, None, None))  # PTRACE_ATTACH
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+def unshare_command():
+    try:
+        done = subprocess.run(["unshare", "-U", "true"], capture_output=True, text=True)
+    except OSError as error:
+        return type(error).__name__
+    return "allowed" if done.returncode == 0 else done.stderr.strip()
+
+def square(n):
+    return n * n
+
+attacks = {  # in this order: once unshare(CLONE_NEWUSER) is allowed, the process is root in its new namespace
+    "unshare -U": unshare_command(),
+    "clone(CLONE_NEWUSER)": clone_new_user(),
+    "unshare(CLONE_NEWUSER)": outcome(libc.unshare(CLONE_NEWUSER)),
+    "unshare(CLONE_NEWNS)": outcome(libc.unshare(CLONE_NEWNS)),
+    "mount": outcome(libc.mount(b"none", os.environ["WORKDIR"].encode(), b"tmpfs", 0, None)),
+    "ptrace": ptrace_own_child(),
+    "keyctl": outcome(libc.syscall(KEYCTL, 0, -3, 1)),  # KEYCTL_GET_KEYRING_ID of the session keyring
+    "bpf": outcome(libc.syscall(BPF, 0, None, 0)),  # BPF_MAP_CREATE
+}
+seen = []
+worker = threading.Thread(target=lambda: seen.append("thread"))
+worker.start()
+worker.join()
+with multiprocessing.Pool(2) as pool:
+    squares = pool.map(square, [1, 2, 3])
+child = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).returncode
+print(json.dumps({"attacks": attacks, "ordinary": {"thread": seen, "pool": squares, "subprocess": child}}))
+"""
+
+
+async def test_namespaces_mounts_ptrace_keyring_and_bpf_are_refused(service: ExecService, backend: ExecBackend) -> None:
+    """A program that tries to make a user namespace of its own (to be root in it and mount), ptrace, or reach the
+    keyring or bpf is refused each with EPERM (bwrap's --disable-userns and seccomp filter; the combined entry's
+    filter), while threads, a process pool and subprocesses still work."""
+    if isinstance(backend, DockerBackend) and backend.strategy == "split":
+        pytest.skip("split's executor has no capability at all and runs under Docker's own default seccomp profile")
+    result = await run(service, backend, KERNEL_ATTACKS)
+    assert result.envelope.ok, result.envelope.report_text
+    seen = printed(result)
+    attacks = seen.pop("attacks")
+    assert attacks.pop("unshare -U") == "unshare: unshare failed: Operation not permitted", attacks
+    assert attacks == dict.fromkeys(attacks, "EPERM")
+    assert seen["ordinary"] == {"thread": ["thread"], "pool": [1, 4, 9], "subprocess": 0}
+
+
 async def test_what_a_program_printed_before_its_timeout_is_in_the_envelope(
     service: ExecService, backend: ExecBackend
 ) -> None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from berth.config import Configuration
+from berth.config.errors import ConfigError, DescriptorError
 from berth.execution.payload import (
     LaunchPayload,
     PayloadScope,
@@ -74,6 +75,37 @@ def test_active_bundle_scope_leaves_out_other_bundles_tenants_and_keys(descripto
     assert list(config.descriptors.assembly.tenants) == ["acme"]
     assert list(config.descriptors.assembly.tenants["acme"].projects) == ["support"]
     assert config.secrets("acme", "support", "hello")("b:greeting_key").reveal() == "hello-acme-3333"
+
+
+def test_a_platform_secret_leaves_the_host_only_with_a_bundle_that_declares_it(
+    descriptors: Path, tmp_path: Path
+) -> None:
+    """The models section refers to ``secret:anthropic_api_key``: hello does not declare it, so its supervisor gets
+    the name (the descriptors still validate) but not the source; once declared, it gets the source."""
+    (descriptors / "secrets.yaml").write_text("anthropic_api_key: 'literal:sk-ant-model-key-6666'\nother: x-7777\n")
+    folder, text = materialized(descriptors, tmp_path / "withheld", "active_bundle")
+    assert "sk-ant-model-key-6666" not in text and "x-7777" not in text and "other" not in text
+    config = Configuration.load(folder)
+    with pytest.raises(ConfigError) as withheld:
+        config.secrets("acme", "support", "hello")("anthropic_api_key")
+    assert withheld.value.code == "secret_withheld"
+
+    bundles = yaml.safe_load((descriptors / "bundles.yaml").read_text())
+    bundles["bundles"]["hello"]["secrets"] = ["anthropic_api_key"]
+    (descriptors / "bundles.yaml").write_text(yaml.safe_dump(bundles))
+    folder, text = materialized(descriptors, tmp_path / "declared", "active_bundle")
+    assert "x-7777" not in text
+    config = Configuration.load(folder)
+    assert config.secrets("acme", "support", "hello")("anthropic_api_key").reveal() == "sk-ant-model-key-6666"
+
+
+def test_a_bundle_cannot_declare_a_secret_secrets_yaml_lacks(descriptors: Path) -> None:
+    bundles = yaml.safe_load((descriptors / "bundles.yaml").read_text())
+    bundles["bundles"]["hello"]["secrets"] = ["no_such_secret"]
+    (descriptors / "bundles.yaml").write_text(yaml.safe_dump(bundles))
+    with pytest.raises(DescriptorError) as refused:
+        Configuration.load(descriptors)
+    assert "secret 'no_such_secret' is not declared in secrets.yaml" in str(refused.value)
 
 
 def test_full_scope_gives_everything(descriptors: Path, tmp_path: Path) -> None:

@@ -352,6 +352,11 @@ class FargateExecProfile(DescriptorModel):
     start_timeout_s: float = Field(300, gt=0, description="how long the task may take to reach RUNNING")
     stop_timeout_s: float = Field(120, gt=0, description="how long a stopped task may take to reach STOPPED")
     poll_interval_s: float = Field(2.0, gt=0, description="how often describe_tasks is asked")
+    task_deadline_grace_s: float = Field(
+        120,
+        ge=0,
+        description="the task ends the run itself this long after timeout_s, should its host die before stopping it",
+    )
 
 
 ExecProfile = Annotated[LocalExecProfile | DockerExecProfile | FargateExecProfile, Field(discriminator="backend")]

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from berth.config.models.common import BundleId, DescriptorModel, ScopeKey
+from berth.config.models.common import BundleId, DescriptorModel, ScopeKey, SecretName
 
 
 class BundleSource(DescriptorModel):
@@ -39,6 +39,11 @@ class BundleEntry(DescriptorModel):
     watch: bool = Field(False, description="reload on file changes (folder bundles, development)")
     props: dict[str, Any] = Field(default_factory=dict, description="overrides of the bundle's props model")
     exec: BundleExec | None = Field(None, description="exec profiles for the bundle's exec.python runs")
+    secrets: list[SecretName] = Field(
+        default_factory=list,
+        description="platform secrets (names in secrets.yaml) the bundle's tools read where they run away from the "
+        "host (a combined container, a Fargate task): under descriptor_payload_scope active_bundle no other leaves",
+    )
 
 
 class ScopeBundles(DescriptorModel):

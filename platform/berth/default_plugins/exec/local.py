@@ -9,7 +9,9 @@ Isolation, strongest available first (``isolation`` of the profile; ``auto`` pic
   socket folder, a fresh ``/proc`` and ``/dev`` with a private ``/dev/shm`` bounded to ``shared_memory_mb`` (for
   multiprocessing's semaphores; it vanishes with the run); no ``/tmp``, no ``/etc``, no home, nothing of the host's
   environment (``--clearenv``). ``--die-with-parent`` and the pid namespace end every process of the run when
-  it is killed.
+  it is killed. The program can create no user namespace of its own (``--disable-userns``) and runs under the
+  executor's seccomp filter (``--seccomp``, :mod:`berth.execution.seccomp`): no mounts, namespaces, ptrace,
+  keyring, bpf, io_uring, kernel modules …
 * ``unshare``: when bubblewrap is missing, ``unshare --net --pid --fork --mount-proc`` with the same uid drop:
   no network and a private ``/proc``, but the host's file system stays visible (read-only where the uid lacks
   rights). Weaker, and ``berth exec doctor`` says so.
@@ -56,6 +58,7 @@ from berth.execution.sandbox import (
     SandboxRequest,
     executor_environment,
 )
+from berth.execution.seccomp import SeccompUnsupportedError, describe, filter_program, program_pipe
 from berth.execution.waits import process_exit
 from berth.hooks import hookimpl
 from berth_exec.runner import launch_lines
@@ -111,15 +114,23 @@ class LocalBackend:
         run) and not in a pool's thread (held for the run's life, it starved the pool when many runs were in flight).
         """
         isolation = self.isolation
-        argv, env = self.command(request, isolation)
-        cgroup = RunCgroup.prepare(request.limits, request.uid, request.exec_id) if self.use_cgroups else None
+        seccomp_fd = program_pipe(filter_program()) if isolation == "bwrap" else None
+        try:
+            argv, env = self.command(request, isolation, seccomp_fd)
+            cgroup = RunCgroup.prepare(request.limits, request.uid, request.exec_id) if self.use_cgroups else None
+        except BaseException:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+            raise
         if cgroup is not None:
             argv, joining = cgroup.wrap(argv)
             env = {**env, **joining}
         out_of_memory = process_limit_hit = False
         try:
-            outcome = await self._spawn(request, argv, env, isolation, cgroup is not None)
+            outcome = await self._spawn(request, argv, env, isolation, cgroup is not None, seccomp_fd)
         finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
             if cgroup is not None:
                 out_of_memory = cgroup.out_of_memory()
                 process_limit_hit = cgroup.process_limit_hit()
@@ -135,7 +146,13 @@ class LocalBackend:
         return remove_empty_cgroups() if self.use_cgroups and cgroups_writable() else 0
 
     async def _spawn(
-        self, request: SandboxRequest, argv: list[str], env: dict[str, str], isolation: str, in_cgroup: bool
+        self,
+        request: SandboxRequest,
+        argv: list[str],
+        env: dict[str, str],
+        isolation: str,
+        in_cgroup: bool,
+        seccomp_fd: int | None,
     ) -> SandboxOutcome:
         folder = request.folder
         program = f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}" if isolation == "bwrap" else str(folder.program)
@@ -147,7 +164,7 @@ class LocalBackend:
         launch = launch_lines(request.token, program, launch_limits).encode()
         started = time.monotonic()
         try:
-            process = await asyncio.to_thread(_start, argv, env, request, launch)
+            process = await asyncio.to_thread(_start, argv, env, request, launch, seccomp_fd)
         except OSError as exc:
             return SandboxOutcome(None, None, False, 0.0, isolation, failure=f"{argv[0]}: {exc}")
         ended = asyncio.ensure_future(process_exit(process))
@@ -165,14 +182,18 @@ class LocalBackend:
         exit_code, killed_by = _decode_status(returncode)
         return SandboxOutcome(exit_code, killed_by, timed_out, duration, isolation)
 
-    def command(self, request: SandboxRequest, isolation: str) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment that start the executor with ``isolation``."""
+    def command(
+        self, request: SandboxRequest, isolation: str, seccomp_fd: int | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment that start the executor with ``isolation``; for ``bwrap``, ``seccomp_fd`` is
+        the descriptor the child inherits with the seccomp filter (:func:`~berth.execution.seccomp.program_pipe`)."""
         folder = request.folder
         sandbox_socket = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}" if request.with_supervisor else None
         visible = executor_environment(request.exec_id, request.bundle_id, socket_path=sandbox_socket)
         python = [self.python, *EXECUTOR_FLAGS, "-c", EXECUTOR_BOOTSTRAP]
         if isolation == "bwrap":
-            argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+            argv = ["bwrap", "--unshare-all", *hardening_arguments(seccomp_fd)]
+            argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
             argv += [*system_root_arguments(), "--proc", "/proc", "--dev", "/dev"]
             argv += ["--size", str(request.limits.shared_memory_mb * MIB), "--tmpfs", "/dev/shm"]  # noqa: S108 - the sandbox's own
             argv += ["--ro-bind", str(package_folder()), f"{SANDBOX_PACKAGE_DIR}/berth_exec"]
@@ -212,6 +233,7 @@ class LocalBackend:
                     "bubblewrap sandbox starts", bwrap_works(), "unprivileged user namespaces must be allowed"
                 )
             )
+            findings.append(seccomp_finding())
         findings.append(DoctorFinding("python in the sandbox", Path(self.python).is_file(), self.python))
         findings.append(
             DoctorFinding(
@@ -230,6 +252,25 @@ class LocalBackend:
             )
         )
         return findings
+
+
+def hardening_arguments(seccomp_fd: int | None) -> list[str]:
+    """bwrap arguments that keep the program from the kernel's larger surface: no user namespace of its own
+    (``--disable-userns`` needs the sandbox's own, ``--unshare-user``) and, given its descriptor, the seccomp
+    filter."""
+    arguments = ["--unshare-user", "--disable-userns"]
+    if seccomp_fd is not None:
+        arguments += ["--seccomp", str(seccomp_fd)]
+    return arguments
+
+
+def seccomp_finding() -> DoctorFinding:
+    """``berth exec doctor``'s line on the seccomp filter: whether this architecture has one, what it refuses."""
+    try:
+        detail = describe()
+    except SeccompUnsupportedError as error:
+        return DoctorFinding("seccomp filter and no nested user namespaces", False, str(error))
+    return DoctorFinding("seccomp filter and no nested user namespaces", bwrap_works(), detail)
 
 
 def system_root_arguments() -> list[str]:
@@ -254,18 +295,38 @@ def bwrap_works() -> bool:
             path = shutil.which("bwrap")
             ok = False
             if path:
-                probe = [path, "--unshare-all", *system_root_arguments(), "--die-with-parent", "/usr/bin/true"]
-                try:
-                    done = subprocess.run(probe, capture_output=True, timeout=10, check=False)  # noqa: S603
-                    ok = done.returncode == 0
-                except (OSError, subprocess.TimeoutExpired):
-                    ok = False
+                ok = _bwrap_probe(path)
             _bwrap_state["works"] = ok
         return _bwrap_state["works"]
 
 
-def _start(argv: list[str], env: dict[str, str], request: SandboxRequest, launch: bytes) -> subprocess.Popen[bytes]:
-    """Start the executor as the run's uid in a process group of its own, and hand it the launch lines.
+def _bwrap_probe(path: str) -> bool:
+    """Whether bwrap starts ``true`` in a sandbox hardened as the runs' are (user namespaces off, seccomp on)."""
+    try:
+        seccomp_fd = program_pipe(filter_program())
+    except SeccompUnsupportedError:
+        return False
+    probe = [path, "--unshare-all", *hardening_arguments(seccomp_fd), *system_root_arguments()]
+    try:
+        done = subprocess.run(  # noqa: S603 - a fixed probe
+            [*probe, "--die-with-parent", "/usr/bin/true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+            pass_fds=(seccomp_fd,),
+        )
+        return done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        os.close(seccomp_fd)
+
+
+def _start(
+    argv: list[str], env: dict[str, str], request: SandboxRequest, launch: bytes, seccomp_fd: int | None
+) -> subprocess.Popen[bytes]:
+    """Start the executor as the run's uid in a process group of its own, and hand it the launch lines (and the
+    seccomp filter's descriptor, inherited: bwrap reads it).
 
     ``subprocess.Popen`` in a worker thread, not asyncio's subprocess API: uvloop (what uvicorn runs on) refuses
     ``user``/``group``/``process_group``, and a fork must not block the host's event loop.
@@ -284,6 +345,7 @@ def _start(argv: list[str], env: dict[str, str], request: SandboxRequest, launch
             group=request.gid,
             extra_groups=[],
             process_group=0,
+            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
         )
     finally:
         os.close(stdout)
