@@ -152,6 +152,29 @@ async def test_knowledge_hits_are_cited_and_a_chunk_is_read_by_its_anchor(tmp_pa
         assert completed["sources_used"][0]["url"] == "ks:runbooks/failover.md#promote-the-replica"
 
 
+async def test_knowledge_search_takes_path_kind_and_language_filters(tmp_path: Path) -> None:
+    bundles = {"ops": {"source": {"path": str(write_bundle(tmp_path, skills=1))}}}
+    async with turn_harness(tmp_path, bundles) as harness:
+        result = await harness.turn(
+            "ops",
+            "how do I promote the replica?",
+            script=[
+                action("react.search_knowledge", query="promote replica", path="failover.md", kind="section"),
+                action("react.search_knowledge", query="promote replica", language="python"),
+                action("react.search_knowledge", query="promote replica", language="cobol"),
+                complete("Run the promotion job."),
+            ],
+        )
+        assert result.outcome == "completed"
+        results = harness.of_type("tool.result")
+        assert [r["ok"] for r in results] == [True, True, False]
+        assert "ks:runbooks/failover.md#promote-the-replica" in harness.model.requests[1].prompt.section_text(
+            "current_turn"
+        )
+        assert results[1]["summary"] == "0 knowledge hit(s)"  # the runbooks have no python file
+        assert "tool_params_invalid" in results[2]["summary"] and "unknown language 'cobol'" in results[2]["summary"]
+
+
 async def test_the_docs_assistant_answers_about_berth_from_its_docs_and_source(tmp_path: Path) -> None:
     async with turn_harness(tmp_path, {"docs": {"source": {"entry_point": "docs"}}}) as harness:
         result = await harness.turn(

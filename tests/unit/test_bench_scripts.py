@@ -36,6 +36,10 @@ TABLES: dict[str, tuple[str, str]] = {
         r"^embedder\s+mode\s+recall@5\s+MRR@10$",
         r"^ratio rank_bm25 / berth lexical p50 at \d+ chunks: \d+(\.\d+)?x",
     ),
+    "knowledge_code.py": (
+        r"^space\s+query\s+definition\s+sqlite\s+sqlite ms$",
+        r"^sqlite: definition first for \d+ of \d+ queries; MRR \d\.\d{3}$",
+    ),
     "knowledge_storage.py": (
         r"^store\s+chunks\s+text MB\s+index MB\s+index÷text",
         r"^ratio sqlite index / text: \d+\.\d+x$",

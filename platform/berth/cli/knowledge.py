@@ -23,6 +23,7 @@ from berth.cli.bundles import DESCRIPTORS_OPTION
 from berth.cli.table import print_table
 from berth.config.errors import ConfigError
 from berth.host.runtime import HostRuntime
+from berth.knowledge.filters import CHUNK_KINDS, ChunkFilter, FilterError
 from berth.knowledge.space import IndexProgress, SpaceIndex
 from berth.runtime.tools.knowledge import search_spaces
 
@@ -216,21 +217,39 @@ def reindex_command(
 @click.option("--limit", type=click.IntRange(1, 50), default=5, show_default=True)
 @click.option("--mode", type=click.Choice(["hybrid", "lexical", "vector"]), default="hybrid", show_default=True)
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--path", "path_glob", help="only files matching this glob ('*.py', 'src/**/*.ts', 'tests/')")
+@click.option("--language", help="only files of this language (python, typescript, go, markdown…)")
+@click.option("--symbol", help="only definitions of this name or qualified name ('search', 'Store.search')")
+@click.option("--kind", type=click.Choice(list(CHUNK_KINDS)), help="only chunks of this kind")
 def search_command(
     selection: Selection,
     query: str,
     limit: int,
     mode: str,
     output_format: str,
+    path_glob: str | None,
+    language: str | None,
+    symbol: str | None,
+    kind: str | None,
 ) -> None:
     """Search the spaces as react.search_knowledge does (after bringing them up to date)."""
+    try:
+        within = ChunkFilter(path=path_glob, language=language, symbol=symbol, kind=kind)
+    except FilterError as error:
+        raise click.UsageError(str(error)) from None
 
     async def run() -> list[dict[str, Any]]:
         async with _spaces(selection) as chosen:
             for _, index in chosen:
                 await index.refresh()
             spaces = [index for _, index in chosen]
-            hits, notes = await search_spaces(spaces, query, limit=limit, mode=mode)  # type: ignore[arg-type]
+            hits, notes = await search_spaces(
+                spaces,
+                query,
+                limit=limit,
+                mode=mode,  # type: ignore[arg-type]
+                within=None if within.empty else within,
+            )
             for note in notes:
                 click.echo(note, err=True)
             return [

@@ -19,8 +19,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Final
 
+from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.space import CANDIDATES, Candidate, KnowledgeHit, SearchMode, SpaceIndex, snippet
 from berth.knowledge.store import camel_parts, path_words, query_words
+from berth.knowledge.symbols import CodeQuery
 from berth.runtime.memory import DEFAULT_RRF_K, fuse_rankings
 
 __all__ = ["bm25_scores", "merge_candidates", "search_spaces_merged", "terms"]
@@ -123,7 +125,8 @@ def merge_candidates(
     query: str, candidates: Sequence[Candidate], *, limit: int, lexical: bool, vector: bool
 ) -> list[KnowledgeHit]:
     """The ``limit`` best of ``candidates`` (from any spaces): the shared BM25 ranking (``lexical``) and the
-    cosine ranking (``vector``) fused by reciprocal rank; ties by lexical score, similarity, then length."""
+    cosine ranking (``vector``) fused by reciprocal rank, then ranked for code (:mod:`berth.knowledge.symbols`: the
+    definitions the query names first, tests weighed down); ties by lexical score, similarity, then length."""
     unique = list({(c.space, c.chunk.id): c for c in candidates}.values())
     lexical_scores = bm25_scores(query, unique) if lexical else [0.0] * len(unique)
     cosines = [c.cosine if c.cosine is not None else -1.0 for c in unique]
@@ -135,23 +138,44 @@ def merge_candidates(
         order = sorted(range(len(unique)), key=lambda i: -cosines[i])
         rankings.append([str(i) for i in order if unique[i].cosine is not None])
     fused = fuse_rankings(rankings, k=DEFAULT_RRF_K)
+    code = CodeQuery.parse(query)
+    top = max(fused.values(), default=0.0)
+    named = {i for i, c in enumerate(unique) if code.definition_rank(c.chunk)[0] == 0}
+    scores = {
+        i: top if i in named else fused.get(str(i), 0.0) * code.weight(unique[i].chunk)
+        for i in {*(int(key) for key in fused), *named}
+    }
     best = sorted(
-        (int(key) for key in fused),
-        key=lambda i: (-fused[str(i)], -lexical_scores[i], -cosines[i], len(unique[i].chunk.text)),
+        scores,
+        key=lambda i: (
+            code.definition_rank(unique[i].chunk),
+            -scores[i],
+            -lexical_scores[i],
+            -cosines[i],
+            len(unique[i].chunk.text),
+        ),
     )[:limit]
     return [
-        KnowledgeHit(unique[i].space, unique[i].chunk, round(fused[str(i)], 5), snippet(unique[i].chunk.text, query))
+        KnowledgeHit(unique[i].space, unique[i].chunk, round(scores[i], 5), snippet(unique[i].chunk.text, query))
         for i in best
     ]
 
 
 async def search_spaces_merged(
-    spaces: Sequence[SpaceIndex], query: str, *, limit: int, mode: SearchMode = "hybrid"
+    spaces: Sequence[SpaceIndex],
+    query: str,
+    *,
+    limit: int,
+    mode: SearchMode = "hybrid",
+    within: ChunkFilter | None = None,
 ) -> list[KnowledgeHit]:
-    """The ``limit`` best chunks of ``spaces`` for ``query`` on one scale (one space: its own ranking)."""
+    """The ``limit`` best chunks of ``spaces`` for ``query`` on one scale (one space: its own ranking); only
+    chunks ``within`` lets through, when given."""
     if len(spaces) == 1:
-        return await spaces[0].search(query, limit=limit, mode=mode)
-    pools = await asyncio.gather(*(space.candidates(query, mode=mode, count=CANDIDATES) for space in spaces))
+        return await spaces[0].search(query, limit=limit, mode=mode, within=within)
+    pools = await asyncio.gather(
+        *(space.candidates(query, mode=mode, count=CANDIDATES, within=within) for space in spaces)
+    )
     modes = {space.effective_mode(mode) for space in spaces}  # a space without vectors answers `vector` by words
     vector = mode != "lexical" and any(space.fuses_vectors for space in spaces)
     lexical = bool(modes - {"vector"})

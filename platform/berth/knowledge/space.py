@@ -27,9 +27,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
 from berth.knowledge.chunks import MAX_CHUNK_CHARS, Chunk, SkipFile, base_anchor, dedupe_anchor
+from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.indexers import KnowledgeIndexer, ListingError
 from berth.knowledge.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 from berth.knowledge.store import ChunkRow, FileRecord, FileUpdate, SpaceStore
+from berth.knowledge.symbols import DEFINITIONS_PER_NAME, CodeQuery
 from berth.runtime.memory import DEFAULT_RRF_K, Embedder, fuse_rankings
 
 __all__ = ["Candidate", "IndexProgress", "KnowledgeHit", "RefreshReport", "SearchMode", "SpaceIndex", "SpaceStatus"]
@@ -251,49 +253,82 @@ class SpaceIndex:
 
     # -- searching -----------------------------------------------------------------------------------
 
-    async def search(self, query: str, *, limit: int = 5, mode: SearchMode = "hybrid") -> list[KnowledgeHit]:
-        """The ``limit`` best chunks for ``query``: lexical, vector, or both fused by reciprocal rank.
+    async def search(
+        self, query: str, *, limit: int = 5, mode: SearchMode = "hybrid", within: ChunkFilter | None = None
+    ) -> list[KnowledgeHit]:
+        """The ``limit`` best chunks for ``query``: lexical, vector, or both fused by reciprocal rank, then ranked
+        for code (:mod:`berth.knowledge.symbols`: the definitions the query names first, tests weighed down).
 
         With an embedder that is not semantic (the ``builtin`` hashed n-grams) no vector is stored: ``hybrid``
         and ``vector`` are lexical (``react.search_knowledge`` notes it for ``vector``).
+
+        :param within: only chunks this filter lets through (a path glob, a language, a symbol, a kind).
         """
         mode = self.effective_mode(mode)
+        code = CodeQuery.parse(query)
         rankings: list[list[str]] = []
         if mode in ("hybrid", "lexical"):
-            rankings.append([str(i) for i, _ in await self.store.lexical(query, CANDIDATES)])
+            rankings.append([str(i) for i, _ in await self.store.lexical(query, CANDIDATES, within=within)])
         if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
             import numpy as np  # with the first vector search: a host whose spaces search lexically never loads it
 
             vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
-            rankings.append([str(i) for i, _ in await self.store.nearest(vector, CANDIDATES)])
-        fused = fuse_rankings(rankings, k=DEFAULT_RRF_K)  # one ranking alone scores 1 / (k + rank) likewise
-        best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
-        rows = await self.store.chunk_rows(int(key) for key, _ in best)
+            rankings.append([str(i) for i, _ in await self.store.nearest(vector, CANDIDATES, within=within)])
+        fused = {int(key): score for key, score in fuse_rankings(rankings, k=DEFAULT_RRF_K).items()}
+        named = await self.definitions_named(code, within)
+        rows = await self.store.chunk_rows([*fused, *named])
+        top = max(fused.values(), default=0.0)
+        scored = [
+            (row, top if code.definition_rank(row)[0] == 0 else fused.get(row.id, 0.0) * code.weight(row))
+            for row in rows.values()
+        ]
+        scored.sort(key=lambda item: (code.definition_rank(item[0]), -item[1], -fused.get(item[0].id, 0.0)))
         return [
-            KnowledgeHit(self.name, rows[int(key)], round(score, 5), snippet(rows[int(key)].text, query))
-            for key, score in best
-            if int(key) in rows
+            KnowledgeHit(self.name, row, round(score, 5), snippet(row.text, query)) for row, score in scored[:limit]
         ]
 
     def effective_mode(self, mode: SearchMode) -> SearchMode:
         """How this space answers ``mode``: ``vector`` is ``lexical`` when it has no semantic embedder."""
         return "lexical" if mode == "vector" and not self.fuses_vectors else mode
 
-    async def candidates(self, query: str, *, mode: SearchMode = "hybrid", count: int = CANDIDATES) -> list[Candidate]:
+    async def definitions_named(self, code: CodeQuery, within: ChunkFilter | None = None) -> list[int]:
+        """The ids of the definitions titled by the identifiers ``code`` names (and ``within`` lets through)."""
+        if within is not None and (within.symbol is not None or within.kind not in (None, "definition")):
+            return []  # the filter itself picks the definitions, or allows none
+        ids: list[int] = []
+        for name in code.lookups():
+            symbol = ChunkFilter(
+                path=within.path if within else None,
+                language=within.language if within else None,
+                symbol=name,
+                kind="definition",
+            )
+            ids += await self.store.matching(symbol, DEFINITIONS_PER_NAME)
+        return list(dict.fromkeys(ids))
+
+    async def candidates(
+        self,
+        query: str,
+        *,
+        mode: SearchMode = "hybrid",
+        count: int = CANDIDATES,
+        within: ChunkFilter | None = None,
+    ) -> list[Candidate]:
         """This space's ``count`` best chunks of each ranking the mode uses, each with its cosine similarity to
         the query when vectors are ranked (for :func:`berth.knowledge.merge.search_spaces_merged`, which
-        re-scores the union of several spaces' candidates on one scale)."""
+        re-scores the union of several spaces' candidates on one scale), and the definitions the query names."""
         mode = self.effective_mode(mode)
         lexical: dict[int, float] = {}
         cosines: dict[int, float] = {}
         if mode in ("hybrid", "lexical"):
-            lexical = dict(await self.store.lexical(query, count))
+            lexical = dict(await self.store.lexical(query, count, within=within))
         if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
             import numpy as np
 
             vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
-            cosines = dict(await self.store.nearest(vector, count))
-        ids = list(dict.fromkeys([*lexical, *cosines]))
+            cosines = dict(await self.store.nearest(vector, count, within=within))
+        named = await self.definitions_named(CodeQuery.parse(query), within)
+        ids = list(dict.fromkeys([*lexical, *cosines, *named]))
         rows = await self.store.chunk_rows(ids)
         return [Candidate(self.name, rows[i], cosines.get(i), lexical.get(i)) for i in ids if i in rows]
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -22,6 +23,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.store import (
     ChunkRow,
     FileRecord,
@@ -37,9 +39,13 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "TOKENIZER", "SqliteSpaceStore", "fts_query"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The layout's version, kept in ``PRAGMA user_version``: a database of an older one is upgraded when opened
-(2: ``chunks_fts`` is contentless — the text is kept once, in ``chunks``; 1 kept a second copy in FTS5)."""
+(3: ``chunks_by_name`` indexes definitions by name; 2: ``chunks_fts`` is contentless — the text is kept once, in
+``chunks``; 1 kept a second copy in FTS5)."""
+_NAME: Final = "substr(title, length(rtrim(title, replace(title, '.', ''))) + 1)"
+"""A title's last dotted part (``BaseModel.model_validate`` → ``model_validate``; the whole title when it has no dot):
+indexed (``chunks_by_name``), so a symbol look-up seeks it instead of scanning every title."""
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 """FTS5's tokenizer: Porter stemming over Unicode words, diacritics removed (``café`` finds ``cafe``)."""
 _TABLES: Final = (
@@ -66,6 +72,7 @@ _TABLES: Final = (
     UNIQUE (path, anchor)
 )""",
     "CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path, first_line)",
+    f"CREATE INDEX IF NOT EXISTS chunks_by_name ON chunks (kind, {_NAME} COLLATE NOCASE)",
 )
 _FTS: Final = f"CREATE VIRTUAL TABLE chunks_fts USING fts5(title, path, body, content = '', tokenize = '{TOKENIZER}')"
 """Contentless: FTS5 keeps only its index; a row is deleted by restating the values it indexed
@@ -73,6 +80,8 @@ _FTS: Final = f"CREATE VIRTUAL TABLE chunks_fts USING fts5(title, path, body, co
 _INSERT_FTS: Final = "INSERT INTO chunks_fts (rowid, title, path, body) VALUES (?, ?, ?, ?)"
 _DELETE_FTS: Final = "INSERT INTO chunks_fts (chunks_fts, rowid, title, path, body) VALUES ('delete', ?, ?, ?, ?)"
 _COLUMNS: Final = "id, path, anchor, title, text, first_line, last_line, kind"
+_ALL: Final = -1
+"""``LIMIT -1``: no limit."""
 
 
 def fts_query(query: str) -> str | None:
@@ -109,6 +118,7 @@ class SqliteSpaceStore:
         ((layout,),) = connection.execute("PRAGMA user_version").fetchall()
         if layout < SCHEMA_VERSION:
             _upgrade(connection)
+        connection.create_function("regexp", 2, _regexp, deterministic=True)
         return connection
 
     def _read(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
@@ -184,18 +194,31 @@ class SqliteSpaceStore:
             for path, text in await asyncio.to_thread(self._read, "SELECT path, text FROM chunks")
         ]
 
-    async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
-        """Chunk ids ranked by BM25 over title (weighted 3), path (2) and text: (id, score), best first."""
+    async def lexical(self, query: str, limit: int, *, within: ChunkFilter | None = None) -> list[tuple[int, float]]:
+        """Chunk ids ranked by BM25 over title (weighted 3), path (2) and text: (id, score), best first; only
+        chunks ``within`` lets through."""
         expression = fts_query(query)
         if expression is None:
             return []
+        where, parameters = _within_sql(within)
         rows = await asyncio.to_thread(
             self._read,
-            "SELECT rowid, -bm25(chunks_fts, 3.0, 2.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "SELECT rowid, -bm25(chunks_fts, 3.0, 2.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "  # noqa: S608
+            f"{where and f'AND rowid IN (SELECT id FROM chunks WHERE {where}) '}"  # noqa: S608 - '?' marks only
             "ORDER BY bm25(chunks_fts, 3.0, 2.0, 1.0) LIMIT ?",
-            (expression, limit),
+            (expression, *parameters, limit),
         )
         return [(int(rowid), float(score)) for rowid, score in rows]
+
+    async def matching(self, within: ChunkFilter, limit: int) -> list[int]:
+        """The ids of the chunks ``within`` lets through (at most ``limit``), in path and line order."""
+        where, parameters = _within_sql(within)
+        rows = await asyncio.to_thread(
+            self._read,
+            f"SELECT id FROM chunks {where and f'WHERE {where} '}ORDER BY path, first_line, id LIMIT ?",  # noqa: S608
+            (*parameters, limit),
+        )
+        return [int(row[0]) for row in rows]
 
     def _vector_matrix(self) -> VectorMatrix:
         with self._loading:  # one load per version: a search waits for the one loading after a refresh
@@ -206,9 +229,13 @@ class SqliteSpaceStore:
                 cached = self._vectors = VectorMatrix.build(version, rows)
             return cached
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
-        """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept)."""
-        return await asyncio.to_thread(lambda: self._vector_matrix().nearest(vector, limit))
+    async def nearest(
+        self, vector: npt.NDArray[np.float32], limit: int, *, within: ChunkFilter | None = None
+    ) -> list[tuple[int, float]]:
+        """Chunk ids by cosine similarity (the committed version's vectors are loaded once, then kept); only
+        chunks ``within`` lets through."""
+        among = None if within is None or within.empty else await self.matching(within, _ALL)
+        return await asyncio.to_thread(lambda: self._vector_matrix().nearest(vector, limit, among=among))
 
     # -- writing -------------------------------------------------------------------------------------
 
@@ -283,23 +310,55 @@ class SqliteSpaceStore:
             handle.close()  # closing the file releases the lock
 
 
+def _regexp(pattern: str, value: str) -> bool:
+    """SQLite's ``value REGEXP pattern``: Python's ``re.search`` (compiled patterns are cached by ``re``)."""
+    return re.search(pattern, value) is not None
+
+
+def _within_sql(within: ChunkFilter | None) -> tuple[str, list[str]]:
+    """The conditions of ``within`` over the ``chunks`` table's columns, and their parameters ('' when none)."""
+    if within is None or within.empty:
+        return "", []
+    conditions: list[str] = []
+    parameters: list[str] = []
+    patterns = within.path_patterns()
+    if patterns:  # matched against each file once, not each chunk
+        regexps = " AND ".join(["path REGEXP ?"] * len(patterns))
+        conditions.append(f"path IN (SELECT path FROM files WHERE {regexps})")  # noqa: S608 - '?' marks only
+        parameters.extend(patterns)
+    kind = within.kinds()
+    if kind is not None:
+        conditions.append("kind = ?")
+        parameters.append(kind)
+    titles, name = within.title_patterns(), within.symbol_name()
+    if titles is not None and name is not None:  # the name seeks chunks_by_name; the patterns check the rest
+        conditions.append(f"{_NAME} COLLATE NOCASE = ? AND (title LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
+        parameters.extend([name, *titles])
+    return " AND ".join(conditions), parameters
+
+
 def _upgrade(connection: sqlite3.Connection) -> None:
     """Make the tables of :data:`SCHEMA_VERSION` in one transaction: a new database's, or an older layout's
-    ``chunks_fts`` made again from the chunks (version, files and chunks stay: the space keeps serving, nothing
-    is re-chunked), then the freed pages given back. Two processes opening it at once: the second finds it done."""
+    missing parts — before 2, ``chunks_fts`` made again from the chunks (version, files and chunks stay: the space
+    keeps serving, nothing is re-chunked), then the freed pages given back; before 3, ``chunks_by_name`` built.
+    Two processes opening it at once: the second finds it done."""
     connection.execute("BEGIN IMMEDIATE")
+    had_index = False
     try:
         ((layout,),) = connection.execute("PRAGMA user_version").fetchall()
         if layout >= SCHEMA_VERSION:
             connection.execute("COMMIT")
             return
-        for statement in _TABLES:
+        for statement in _TABLES:  # IF NOT EXISTS: a layout-2 database gains chunks_by_name, nothing else
             connection.execute(statement)
-        had_index = connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchall()
-        connection.execute("DROP TABLE IF EXISTS chunks_fts")
-        connection.execute(_FTS)
-        rows = connection.execute("SELECT id, title, path, text FROM chunks").fetchall()
-        connection.executemany(_INSERT_FTS, [(i, *indexed_fields(title, path, text)) for i, title, path, text in rows])
+        if layout < 2:  # before the layout that made chunks_fts contentless
+            had_index = bool(connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchall())
+            connection.execute("DROP TABLE IF EXISTS chunks_fts")
+            connection.execute(_FTS)
+            rows = connection.execute("SELECT id, title, path, text FROM chunks").fetchall()
+            connection.executemany(
+                _INSERT_FTS, [(i, *indexed_fields(title, path, text)) for i, title, path, text in rows]
+            )
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         connection.execute("COMMIT")
     except BaseException:

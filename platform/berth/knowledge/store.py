@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from berth.knowledge.filters import ChunkFilter
+
 __all__ = [
     "ChunkRow",
     "FileRecord",
@@ -106,17 +108,26 @@ class VectorMatrix:
         matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
         return cls(version, ids, matrix)
 
-    def nearest(self, vector: npt.NDArray[np.float32], count: int) -> list[tuple[int, float]]:
-        """The ``count`` rows most similar to ``vector``: (id, cosine), best first."""
+    def nearest(
+        self, vector: npt.NDArray[np.float32], count: int, *, among: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``count`` rows most similar to ``vector``: (id, cosine), best first; only rows of the ids ``among``
+        when given."""
         import numpy as np
 
         if self.matrix.size == 0 or vector.shape[0] != self.matrix.shape[1]:
             return []
+        ids, matrix = self.ids, self.matrix
+        if among is not None:
+            kept = np.isin(ids, np.fromiter(among, dtype=np.int64, count=len(among)))
+            ids, matrix = ids[kept], matrix[kept]
+            if not len(ids):
+                return []
         norm = float(np.linalg.norm(vector)) or 1.0
-        scores = self.matrix @ (vector / norm)
+        scores = matrix @ (vector / norm)
         count = min(count, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
-        return [(int(self.ids[i]), float(scores[i])) for i in top[np.argsort(-scores[top])]]
+        return [(int(ids[i]), float(scores[i])) for i in top[np.argsort(-scores[top])]]
 
 
 def camel_parts(word: str) -> list[str]:
@@ -197,12 +208,20 @@ class SpaceStore(Protocol):
         """Every chunk's (path, text) (to find the chunks a refresh would add again)."""
         ...
 
-    async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
-        """Chunk ids ranked by a lexical score for ``query`` (title and path weigh more than text), best first."""
+    async def lexical(self, query: str, limit: int, *, within: ChunkFilter | None = None) -> list[tuple[int, float]]:
+        """Chunk ids ranked by a lexical score for ``query`` (title and path weigh more than text), best first;
+        only chunks ``within`` lets through (:class:`~berth.knowledge.filters.ChunkFilter`), when given."""
         ...
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
-        """Chunk ids ranked by cosine similarity to ``vector``: (id, cosine), best first."""
+    async def nearest(
+        self, vector: npt.NDArray[np.float32], limit: int, *, within: ChunkFilter | None = None
+    ) -> list[tuple[int, float]]:
+        """Chunk ids ranked by cosine similarity to ``vector``: (id, cosine), best first; only chunks ``within``
+        lets through, when given."""
+        ...
+
+    async def matching(self, within: ChunkFilter, limit: int) -> list[int]:
+        """The ids of the chunks ``within`` lets through, at most ``limit`` (-1: all), in path and line order."""
         ...
 
     async def set_progress(self, progress: dict[str, Any] | None) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
+from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.store import (
     ChunkRow,
     FileRecord,
@@ -223,12 +224,12 @@ class PostgresSpaceStore:
         rows = await self._fetch("SELECT path, text FROM knowledge_chunks WHERE space_id = $1")
         return [(str(row["path"]), str(row["text"])) for row in rows]
 
-    async def lexical(self, query: str, limit: int) -> list[tuple[int, float]]:
+    async def lexical(self, query: str, limit: int, *, within: ChunkFilter | None = None) -> list[tuple[int, float]]:
         """Chunk ids by a BM25-like score, best first: each query word's ``ts_rank`` over the weighted document
         (title A 1.0, path B 0.67, text D 0.33; saturated as rank / (rank + 1)) times its inverse document
         frequency in the space (``ts_rank`` alone knows no IDF, so common words would outweigh the telling ones).
         Measured on the labelled questions of ``bench/knowledge.py``: MRR 0.454, against 0.323 for one
-        ``ts_rank_cd`` of the OR-ed words."""
+        ``ts_rank_cd`` of the OR-ed words. Only chunks ``within`` lets through are ranked."""
         words = query_words(query)[:_MAX_QUERY_WORDS]
         if not words:
             return []
@@ -251,34 +252,42 @@ class PostgresSpaceStore:
         # Exact pruning: a chunk holding only the common words (every one in half the space, say) scores less than
         # the sum of their weights (each word's saturated rank is below 1). First rank the chunks holding a rarer
         # word (by every word); when the last of them still beats that sum, no chunk of common words only can
-        # enter, and their ranks — most of the work — are never computed.
+        # enter, and their ranks — most of the work — are never computed. A filter keeps this exact: both passes
+        # rank only the chunks it lets through, and the bound holds for each chunk, whichever qualify.
         scored.sort(key=lambda item: -item[1])
         common = [weight for _, weight, df in scored if df >= self._stores.common_chunks]
         rare = [term for term, _, df in scored if df < self._stores.common_chunks]
         if common and rare:
-            rows = await self._rank(scored, limit, among=rare)
+            rows = await self._rank(scored, limit, among=rare, within=within)
             if len(rows) >= limit and rows[-1][1] > sum(common):
                 return rows
-        return await self._rank(scored, limit)
+        return await self._rank(scored, limit, within=within)
 
     async def _rank(
-        self, scored: Sequence[tuple[str, float, int]], limit: int, among: Sequence[str] | None = None
+        self,
+        scored: Sequence[tuple[str, float, int]],
+        limit: int,
+        among: Sequence[str] | None = None,
+        within: ChunkFilter | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best chunks by the sum of each term's weighted ``ts_rank`` (of the chunks holding one of
-        the terms ``among``, when given). One branch per term, each reading that term's postings from the GIN
-        index whatever the planner's statistics (a space just indexed has none: a join over the terms scanned
-        every chunk of the space per term); each rank is computed before the grouping, so the sort carries ids
-        and numbers, not documents. Scores are compared to 9 decimals: the order the sum adds its terms in (the
-        plan's) never breaks a tie that the id should."""
+        the terms ``among``, when given; only those ``within`` lets through, when given). One branch per term, each
+        reading that term's postings from the GIN index whatever the planner's statistics (a space just indexed
+        has none: a join over the terms scanned every chunk of the space per term); each rank is computed before
+        the grouping, so the sort carries ids and numbers, not documents. Scores are compared to 9 decimals: the
+        order the sum adds its terms in (the plan's) never breaks a tie that the id should."""
         arguments: list[Any] = [value for term, weight, _ in scored for value in (term, weight)]
-        within = ""
+        conditions = ""
         if among is not None:
             arguments.append(" | ".join(among))
-            within = f" AND document @@ to_tsquery('english', ${len(arguments) + 3})"
+            conditions = f" AND c.document @@ to_tsquery('english', ${len(arguments) + 3})"
+        where, parameters = _within_sql(within, len(arguments) + 4)
+        arguments.extend(parameters)
+        conditions += where and f" AND {where}"
         branches = " UNION ALL ".join(
-            f"SELECT id, ts_rank($3::float4[], document, to_tsquery('english', ${4 + 2 * i}), 32) "  # noqa: S608 - '$n' marks only
-            f"* ${5 + 2 * i}::float8 AS s FROM knowledge_chunks WHERE space_id = $1 "
-            f"AND document @@ to_tsquery('english', ${4 + 2 * i}){within}"
+            f"SELECT c.id, ts_rank($3::float4[], c.document, to_tsquery('english', ${4 + 2 * i}), 32) "  # noqa: S608 - '$n' marks only
+            f"* ${5 + 2 * i}::float8 AS s FROM knowledge_chunks c WHERE c.space_id = $1 "
+            f"AND c.document @@ to_tsquery('english', ${4 + 2 * i}){conditions}"
             for i in range(len(scored))
         )
         rows = await self._fetch(
@@ -290,8 +299,23 @@ class PostgresSpaceStore:
         )
         return [(int(row["id"]), float(row["score"])) for row in rows]
 
-    async def nearest(self, vector: npt.NDArray[np.float32], limit: int) -> list[tuple[int, float]]:
-        """Chunk ids by cosine similarity over the committed version's vectors (loaded once per version)."""
+    async def matching(self, within: ChunkFilter, limit: int) -> list[int]:
+        """The ids of the chunks ``within`` lets through (at most ``limit``; -1: all), in path and line order."""
+        where, parameters = _within_sql(within, 3)
+        rows = await self._fetch(
+            f"SELECT c.id FROM knowledge_chunks c WHERE c.space_id = $1 {where and 'AND ' + where} "  # noqa: S608
+            "ORDER BY c.path, c.first_line, c.id LIMIT $2",
+            limit if limit >= 0 else None,
+            *parameters,
+        )
+        return [int(row["id"]) for row in rows]
+
+    async def nearest(
+        self, vector: npt.NDArray[np.float32], limit: int, *, within: ChunkFilter | None = None
+    ) -> list[tuple[int, float]]:
+        """Chunk ids by cosine similarity over the committed version's vectors (loaded once per version); only
+        chunks ``within`` lets through."""
+        among = None if within is None or within.empty else await self.matching(within, -1)
         async with self._loading:  # one load per version: a search waits for the one loading after a refresh
             version = await self.version()
             cached = self._vectors
@@ -303,7 +327,7 @@ class PostgresSpaceStore:
                 )
                 packed = [(int(row["id"]), np.asarray(row["vector"], dtype=np.float32).tobytes()) for row in rows]
                 cached = self._vectors = VectorMatrix.build(version, packed)
-        return cached.nearest(vector, limit)
+        return cached.nearest(vector, limit, among=among)
 
     # -- writing -------------------------------------------------------------------------------------
 
@@ -373,6 +397,36 @@ class PostgresSpaceStore:
             yield
         finally:
             await connection.close()
+
+
+def _within_sql(within: ChunkFilter | None, first: int) -> tuple[str, list[str]]:
+    """The conditions of ``within`` over ``knowledge_chunks c`` (parameters numbered from ``$first``) and their
+    parameters ('' when none)."""
+    if within is None or within.empty:
+        return "", []
+    conditions: list[str] = []
+    parameters: list[str] = []
+
+    def parameter(value: str) -> str:
+        parameters.append(value)
+        return f"${first + len(parameters) - 1}"
+
+    for pattern in within.path_patterns():
+        conditions.append(f"c.path ~ {parameter(pattern)}")
+    titles = within.title_patterns()
+    symbol_name = within.symbol_name()
+    if titles is not None and symbol_name is not None:
+        # the name alone seeks the index of migration 0008 (knowledge_chunks_by_name); the patterns check the rest
+        name = parameter(symbol_name.lower())
+        exact, suffix = (parameter(title) for title in titles)
+        conditions.append(
+            f"lower(regexp_replace(c.title, '^.*\\.', '')) = {name} "
+            f"AND (c.title ILIKE {exact} ESCAPE '\\' OR c.title ILIKE {suffix} ESCAPE '\\')"
+        )
+    kind = within.kinds()
+    if kind is not None:
+        conditions.append(f"c.kind = {parameter(kind)}")
+    return " AND ".join(conditions), parameters
 
 
 def _chunk_rows(space_id: int, updates: Sequence[FileUpdate]) -> Iterable[tuple[Any, ...]]:

