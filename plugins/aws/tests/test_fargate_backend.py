@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 import pytest
 from berth_docker.engine import client_for
-from berth_docker.image import build_exec_image, default_context
+from berth_docker.testing import build_test_image
 
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecService
@@ -49,10 +49,7 @@ TASK_VARIABLES = {
 
 @pytest.fixture(scope="module")
 def exec_image() -> str:
-    build_exec_image(
-        client_for(None), tag=IMAGE, base="berth-exec-base:offline", context=default_context(), progress=lambda _: None
-    )
-    return IMAGE
+    return build_test_image(IMAGE)
 
 
 @pytest.fixture

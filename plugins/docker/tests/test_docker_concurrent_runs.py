@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from berth_docker.backend import DockerBackend
-from berth_docker.engine import client_for
-from berth_docker.image import build_exec_image, default_context
+from berth_docker.testing import build_test_image
 
-from berth.execution.dispatch import ScopedToolDispatch
 from berth.execution.limits import ExecLimits
 from berth.execution.runs import ExecRun, ExecService
-from berth.tools.spec import build_tool_spec
-from berth.tools.threads import ToolThreadPools
+from berth.testing.exec_meeting import MEETING_PROGRAM, MeetingPoint
+from berth.testing.exec_meeting import scarce_default_executor as scarce_default_executor_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.sandbox, pytest.mark.usefixtures("clean_berth_env")]
 
@@ -37,62 +33,32 @@ RUNS = (os.cpu_count() or 1) + 4
 DEFAULT_THREADS = 2
 MEET_TIMEOUT_S = 90.0
 LIMITS = ExecLimits(timeout_s=180, memory_mb=256, cpu_s=10, processes=32, file_size_mb=4)
-PROGRAM = """
-from berth_exec import tools
-print(tools.call("t.meet", run=int(open("run.txt").read())))
-"""
-
-
-class MeetingPoint:
-    """``t.meet``, a sync tool served as a host serves a bundle's (in its tool threads): it returns once every run
-    has called it, and tells the test's loop of each arrival."""
-
-    def __init__(self, runs: int) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._everyone = threading.Barrier(runs, timeout=MEET_TIMEOUT_S)
-        self.arrived = [asyncio.Event() for _ in range(runs)]
-        threads = ToolThreadPools(size=runs).pool("probe", "acme")
-        self.dispatch = ScopedToolDispatch({"t.meet": build_tool_spec(self.meet).running_on(None, threads.run)})
-
-    def meet(self, run: int) -> int:
-        """Wait for every run to arrive.
-
-        Args:
-            run: the calling run's number.
-        """
-        self._loop.call_soon_threadsafe(self.arrived[run].set)
-        return self._everyone.wait()
 
 
 @pytest.fixture(scope="module")
 def exec_image() -> str:
-    build_exec_image(
-        client_for(None), tag=IMAGE, base="berth-exec-base:offline", context=default_context(), progress=lambda _: None
-    )
-    return IMAGE
+    return build_test_image(IMAGE)
 
 
 @pytest.fixture
 async def scarce_default_executor() -> AsyncIterator[None]:
     """The running loop's default executor cut to :data:`DEFAULT_THREADS` threads."""
-    executor = ThreadPoolExecutor(max_workers=DEFAULT_THREADS, thread_name_prefix="scarce-default")
-    asyncio.get_running_loop().set_default_executor(executor)
-    yield
-    executor.shutdown(wait=False, cancel_futures=True)
+    async with scarce_default_executor_of(DEFAULT_THREADS):
+        yield
 
 
 @pytest.mark.usefixtures("scarce_default_executor")
 async def test_more_split_runs_than_default_threads_all_live_at_once_and_finish(exec_image: str) -> None:
     service = ExecService(root=Path("/tmp") / f"berth-docker-test-{os.getpid()}")
     backend = DockerBackend(image=exec_image, strategy="split")
-    meeting = MeetingPoint(RUNS)
+    meeting = MeetingPoint(RUNS, MEET_TIMEOUT_S)
     started = time.monotonic()
     pending: list[asyncio.Future[ExecRun]] = []
     for number in range(RUNS):
         pending.append(
             asyncio.ensure_future(
-                service.run(PROGRAM, backend=backend, limits=LIMITS, bundle_id="probe", dispatch=meeting.dispatch,
-                            inputs=[("run.txt", str(number).encode())])
+                service.run(MEETING_PROGRAM, backend=backend, limits=LIMITS, bundle_id="probe",
+                            dispatch=meeting.dispatch, inputs=[("run.txt", str(number).encode())])
             )
         )  # fmt: skip
         await meeting.arrived[number].wait()  # alive and in its tool call: only now the next run starts

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from berth_docker.backend import DockerBackend
 from berth_docker.engine import CONTAINER_LABEL, client_for
-from berth_docker.image import build_exec_image, default_context
+from berth_docker.testing import build_test_image
 
 from berth.execution.limits import MIB, ExecLimits
 from berth.execution.runs import ExecService
@@ -45,10 +45,7 @@ def mounts_under(root: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def exec_image() -> str:
-    build_exec_image(
-        client_for(None), tag=IMAGE, base="berth-exec-base:offline", context=default_context(), progress=lambda _: None
-    )
-    return IMAGE
+    return build_test_image(IMAGE)
 
 
 @pytest.fixture

@@ -14,17 +14,9 @@ TEST_IMAGE = "berth-exec:test"
 @pytest.fixture(scope="session")
 def exec_image() -> str:
     """``berth-exec:test``, built on ``berth-exec-base:offline`` (``.ci/start-docker`` imports it)."""
-    from berth_docker.engine import client_for
-    from berth_docker.image import build_exec_image, default_context
+    from berth_docker.testing import build_test_image
 
-    build_exec_image(
-        client_for(None),
-        tag=TEST_IMAGE,
-        base="berth-exec-base:offline",
-        context=default_context(),
-        progress=lambda _: None,
-    )
-    return TEST_IMAGE
+    return build_test_image(TEST_IMAGE)
 
 
 @pytest.fixture(scope="session")
