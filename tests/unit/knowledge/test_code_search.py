@@ -20,11 +20,6 @@ from berth.knowledge.store import SpaceStoreFactory
 from berth.knowledge.symbols import CodeQuery, is_test_path
 from berth.runtime.memory import HashedNgramEmbedder
 
-STORE_KINDS = (
-    pytest.param("embedded", id="sqlite"),
-    pytest.param("distributed", id="postgres", marks=pytest.mark.postgres),
-)
-
 AREA = '''\
 """Areas of plane shapes."""
 
@@ -63,21 +58,6 @@ def repeating_test() -> str:
         f"    assert polygon_area(square({n})) == polygon_area(square({n})) * 1  # polygon area {n}" for n in range(10)
     )
     return f"from shapes.area import polygon_area\n\n\ndef test_polygon_area_of_squares():\n{checks}\n"
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[SpaceStoreFactory | None]:
-    """None (SQLite files under the service's root) or PostgreSQL stores on a scratch database of their own."""
-    if request.param == "embedded":
-        yield None
-        return
-    from berth_postgres.knowledge import PostgresKnowledgeStores
-    from berth_postgres.testing import async_scratch_database
-
-    async with async_scratch_database() as dsn:
-        postgres = PostgresKnowledgeStores(dsn)
-        yield postgres
-        await postgres.aclose()
 
 
 @pytest.fixture

@@ -24,26 +24,6 @@ MDBOOK = Path(__file__).resolve().parents[2] / "data" / "mdbook"
 CHROME = ("Keyboard shortcuts", "Press Esc", "Coal", "Navy", "Skip to main content", "Search this book",
           "The Rust Programming Language", "Next chapter")  # fmt: skip
 
-STORE_KINDS = (
-    pytest.param("embedded", id="sqlite"),
-    pytest.param("distributed", id="postgres", marks=pytest.mark.postgres),
-)
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[SpaceStoreFactory | None]:
-    """None (SQLite files) or PostgreSQL stores on a scratch database."""
-    if request.param == "embedded":
-        yield None
-        return
-    from berth_postgres.knowledge import PostgresKnowledgeStores
-    from berth_postgres.testing import async_scratch_database
-
-    async with async_scratch_database() as dsn:
-        postgres = PostgresKnowledgeStores(dsn)
-        yield postgres
-        await postgres.aclose()
-
 
 @pytest.fixture
 async def book(tmp_path: Path, stores: SpaceStoreFactory | None) -> AsyncIterator[tuple[Path, SpaceIndex]]:

@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -29,26 +29,6 @@ from berth.knowledge.sqlite_store import SCHEMA_VERSION
 from berth.knowledge.store import SpaceStoreFactory
 
 REPO = Path(__file__).resolve().parents[3]
-
-STORE_KINDS = (
-    pytest.param("embedded", id="sqlite"),
-    pytest.param("distributed", id="postgres", marks=pytest.mark.postgres),
-)
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[SpaceStoreFactory | None]:
-    """None (SQLite files) or PostgreSQL stores on a scratch database."""
-    if request.param == "embedded":
-        yield None
-        return
-    from berth_postgres.knowledge import PostgresKnowledgeStores
-    from berth_postgres.testing import async_scratch_database
-
-    async with async_scratch_database() as dsn:
-        postgres = PostgresKnowledgeStores(dsn)
-        yield postgres
-        await postgres.aclose()
 
 
 def write(folder: Path, files: dict[str, str]) -> None:

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,28 +46,6 @@ HANDBOOK = {
     "expenses.md": "# Expenses\n\nSubmit receipts within 30 days in the finance portal.\n",
     "onboarding.md": "# Onboarding\n\nYour laptop is ready on the first day; IT sets up your accounts.\n",
 }
-
-
-STORE_KINDS = (
-    pytest.param("embedded", id="sqlite"),
-    pytest.param("distributed", id="postgres", marks=pytest.mark.postgres),
-)
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[SpaceStoreFactory | None]:
-    """The space stores of the test: None (SQLite files under the service's root) or PostgreSQL stores on a
-    scratch database of their own."""
-    if request.param == "embedded":
-        yield None
-        return
-    from berth_postgres.knowledge import PostgresKnowledgeStores
-    from berth_postgres.testing import async_scratch_database
-
-    async with async_scratch_database() as dsn:
-        postgres = PostgresKnowledgeStores(dsn)
-        yield postgres
-        await postgres.aclose()
 
 
 @pytest.fixture

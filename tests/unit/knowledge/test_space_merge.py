@@ -4,7 +4,7 @@ by being that space's first hit, and ties never follow the spaces' names. On bot
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,27 +26,6 @@ BACKUPS = (
     "# Postgres backups\n\nThe Postgres database is backed up every night with pg_basebackup; backups are "
     "kept for 30 days. To restore one of the backups, stop the service and replay the WAL.\n"
 )
-
-
-STORE_KINDS = (
-    pytest.param("embedded", id="sqlite"),
-    pytest.param("distributed", id="postgres", marks=pytest.mark.postgres),
-)
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[SpaceStoreFactory | None]:
-    """None (SQLite files) or PostgreSQL stores on a scratch database."""
-    if request.param == "embedded":
-        yield None
-        return
-    from berth_postgres.knowledge import PostgresKnowledgeStores
-    from berth_postgres.testing import async_scratch_database
-
-    async with async_scratch_database() as dsn:
-        postgres = PostgresKnowledgeStores(dsn)
-        yield postgres
-        await postgres.aclose()
 
 
 @pytest.fixture
