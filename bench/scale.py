@@ -42,6 +42,7 @@ from pathlib import Path
 import httpx
 import redis
 import yaml
+from _machine import header
 from api_load import (
     ANSWER,
     GATEWAY,
@@ -288,4 +289,5 @@ def report(args: argparse.Namespace, results: list[Measured]) -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

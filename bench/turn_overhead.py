@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _machine import header
 
 from berth.config import Configuration
 from berth.config.models.assembly import ModelRef
@@ -640,4 +641,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()
