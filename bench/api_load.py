@@ -29,8 +29,9 @@ clock) is reopened and the request sent again, not counted as an error (:mod:`_l
 Berth and the ``create_agent`` peer run twice: with their data on the disk (the temporary folder) and on a tmpfs
 (``/dev/shm``), so the ratio is read with and without the disk (the peer's checkpointer syncs several times a
 turn; Berth's group commit about once). ``--profile`` samples the Berth server (events in the POST) during one
-more throughput window with py-spy (``pip install py-spy``, in the ``bench`` extra): on-CPU samples only (py-spy
-leaves out idle threads), so a thread waiting is not blamed; the top functions by own and by total samples.
+more throughput window with py-spy (``pip install py-spy``; without it the profile is skipped): on-CPU samples
+only (py-spy leaves out idle threads), so a thread waiting is not blamed; the top functions by own and by total
+samples.
 
 A Berth turn is two requests (``POST …/turns``, then ``GET`` its events) or one (``Accept: text/event-stream``:
 the events in the ``POST``'s response); the peer's is one ``POST`` streaming its events, so the like-for-like
@@ -527,7 +528,7 @@ def profile(berth: Server, users: int, window: float, top: int = 25) -> str:
     functions by own samples and by total samples (py-spy records threads that are on the CPU only)."""
     executable = py_spy()
     if executable is None:
-        return "\nprofile: skipped: py-spy not found (pip install py-spy, or the bench extra)"
+        return "\nprofile: skipped: py-spy not found (pip install py-spy)"
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "profile.txt"
         command = [executable, "record", "--pid", str(berth.process.pid), "--format", "raw", "--output", str(raw)]
