@@ -29,9 +29,10 @@ clock) is reopened and the request sent again, not counted as an error (:mod:`_l
 Berth and the ``create_agent`` peer run twice: with their data on the disk (the temporary folder) and on a tmpfs
 (``/dev/shm``), so the ratio is read with and without the disk (the peer's checkpointer syncs several times a
 turn; Berth's group commit about once). ``--profile`` samples the Berth server (events in the POST) during one
-more throughput window with py-spy (``pip install py-spy``; without it the profile is skipped): on-CPU samples
-only (py-spy leaves out idle threads), so a thread waiting is not blamed; the top functions by own and by total
-samples.
+more throughput window with py-spy (``pip install py-spy``; without it the profile is skipped): samples of the
+thread holding the GIL only (``--gil``: the Python code running, so a thread waiting on a lock, a queue or
+another thread is not blamed; py-spy's own idle detection counted waiting pool threads as busy); the top
+functions by own and by total samples.
 
 A Berth turn is two requests (``POST …/turns``, then ``GET`` its events) or one (``Accept: text/event-stream``:
 the events in the ``POST``'s response); the peer's is one ``POST`` streaming its events, so the like-for-like
@@ -525,14 +526,14 @@ def py_spy() -> str | None:
 
 def profile(berth: Server, users: int, window: float, top: int = 25) -> str:
     """Sample the Berth server with py-spy during one more throughput window (events in the POST); the top
-    functions by own samples and by total samples (py-spy records threads that are on the CPU only)."""
+    functions by own samples and by total samples (``--gil``: only the thread holding the GIL is sampled)."""
     executable = py_spy()
     if executable is None:
         return "\nprofile: skipped: py-spy not found (pip install py-spy)"
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "profile.txt"
         command = [executable, "record", "--pid", str(berth.process.pid), "--format", "raw", "--output", str(raw)]
-        command += ["--rate", "250", "--subprocesses"]
+        command += ["--rate", "250", "--gil", "--function"]  # the function, not its line
         sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         run = asyncio.run(
             throughput(ONE_REQUEST, berth.port, berth.process.pid, users, 0, "berth-one-request", duration_s=window)
@@ -555,7 +556,7 @@ def profile(berth: Server, users: int, window: float, top: int = 25) -> str:
                 total[frame] += int(count)
     samples = sum(own.values()) or 1
     lines = [
-        f"\nprofile (py-spy, on-CPU samples at 250/s) of {run.turns} turns in {run.elapsed_s:.1f} s, "
+        f"\nprofile (py-spy, samples of the GIL holder at 250/s) of {run.turns} turns in {run.elapsed_s:.1f} s, "
         f"{samples} samples; top {top} by own samples:"
     ]
     lines += [f"{100 * count / samples:6.1f}%  {frame}" for frame, count in own.most_common(top)]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
+sys.path.append(str(BENCH))  # after everything else: a bench module never shadows a package
 
 from _fsyncs import FsyncCounter  # noqa: E402
 from _loadgen import Connection  # noqa: E402
