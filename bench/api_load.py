@@ -28,7 +28,7 @@ clock) is reopened and the request sent again, not counted as an error (:mod:`_l
 
 Berth and the ``create_agent`` peer run twice: with their data on the disk (the temporary folder) and on a tmpfs
 (``/dev/shm``), so the ratio is read with and without the disk (the peer's checkpointer syncs several times a
-turn; Berth's group commit about once). ``--profile`` samples the Berth server (events in the POST) during one
+turn; Berth's group commit at most about once). ``--profile`` samples the Berth server (events in the POST) during one
 more throughput window with py-spy (``pip install py-spy``; without it the profile is skipped): samples of the
 thread holding the GIL only (``--gil``: the Python code running, so a thread waiting on a lock, a queue or
 another thread is not blamed; py-spy's own idle detection counted waiting pool threads as busy); the top
@@ -67,7 +67,7 @@ import yaml
 from _fsyncs import FsyncCounter
 from _loadgen import Connection, HttpError, first_answer_delta
 from _machine import header
-from _servers import ServerDidNotStart, free_port, launch, stop
+from _servers import free_port, launch, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWER_TEXT = "Berth answers with a streamed reply of moderate length. " * 6
@@ -508,9 +508,7 @@ def main() -> None:
             ]
             if args.profile:
                 profile_text = profile(berth, users, window)
-        except ServerDidNotStart as failed:
-            raise SystemExit(f"{failed}") from None
-        finally:
+        finally:  # a server that did not start was killed by ``launch`` (``ServerDidNotStart`` names it)
             for server in servers:
                 server.stop()
     report(args, len(frames), rates, delays, missing, tmpfs_missing)
