@@ -8,11 +8,17 @@ benchmark needs — write a request, read the status line and headers, read a ``
 chunked body — on one persistent connection per simulated user, and finds the first answer delta of an
 SSE stream by scanning its frames. Both arms of a benchmark use the same client, so its own cost is the
 same on both sides.
+
+A server closes a keep-alive connection that stays idle too long (uvicorn: after 5 s). A request written to such
+a connection finds it closed before any byte of the response arrives; the client then reconnects and sends the
+request once more on the fresh connection (counted in :attr:`Connection.reconnects`, not as an error). Any other
+failure — a closed connection after part of a response, or on a connection just opened — is an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -24,12 +30,18 @@ class HttpError(Exception):
     """A response the benchmark did not expect (status, framing, or a failed turn)."""
 
 
+class _ClosedWhileIdleError(Exception):
+    """The server had closed the connection before any byte of the response: the request may be sent again."""
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection to ``host:port``."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
+        self.reconnects = 0
+        """How many times a request found the connection closed by the server while idle and was sent again."""
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -41,12 +53,31 @@ class Connection:
         """Close the connection."""
         if self._writer is not None:
             self._writer.close()
-            await self._writer.wait_closed()
+            with contextlib.suppress(OSError):  # the server had reset it already
+                await self._writer.wait_closed()
+            self._writer = None
 
     async def request(
         self, method: str, path: str, body: object | None = None, *, accept: str | None = None
     ) -> dict[str, str]:
-        """Send a request (``body`` as JSON) and read the response head; return its headers (lower-case)."""
+        """Send a request (``body`` as JSON) and read the response head; return its headers (lower-case).
+
+        When the server had closed this (idle) connection before answering with any byte, reconnect and send the
+        request once more on the fresh connection.
+        """
+        try:
+            return await self._request(method, path, body, accept)
+        except _ClosedWhileIdleError:
+            self.reconnects += 1
+            await self.close()
+            await self.open()
+        try:
+            return await self._request(method, path, body, accept)
+        except _ClosedWhileIdleError as closed:
+            raise HttpError(f"{method} {path}: closed by the server on a fresh connection ({closed})") from None
+
+    async def _request(self, method: str, path: str, body: object | None, accept: str | None) -> dict[str, str]:
+        """One attempt of :meth:`request`; raise :class:`_ClosedWhileIdleError` when no byte of a response came."""
         assert self._reader is not None and self._writer is not None, "open() first"
         payload = b"" if body is None else json.dumps(body).encode()
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-length: {len(payload)}\r\n"
@@ -54,8 +85,14 @@ class Connection:
             head += "content-type: application/json\r\n"
         if accept is not None:
             head += f"accept: {accept}\r\n"
-        self._writer.write(head.encode() + b"\r\n" + payload)
-        status_line = await self._reader.readline()
+        try:
+            self._writer.write(head.encode() + b"\r\n" + payload)
+            await self._writer.drain()
+            status_line = await self._reader.readline()
+        except (ConnectionResetError, BrokenPipeError) as reset:
+            raise _ClosedWhileIdleError(str(reset)) from None
+        if not status_line:
+            raise _ClosedWhileIdleError("end of stream before the status line")
         parts = status_line.split(b" ", 2)
         if len(parts) < 2 or not parts[1].isdigit():
             raise HttpError(f"{method} {path}: no HTTP status line ({status_line[:80]!r})")

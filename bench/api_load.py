@@ -14,21 +14,33 @@ Each server runs in its own process on loopback, the load generator in this one:
 The load generator is :mod:`_loadgen`: raw HTTP/1.1 on one keep-alive connection per simulated user, opened
 before the clock starts (httpx cost more CPU per request than the bare endpoint does, so with it the baseline
 measured the client; and 200 simultaneous connects put the listen backlog, not the server, into the p99).
-Two measurements per arm:
+A connection the server closed while idle (uvicorn: after 5 s; Berth's set-up makes a request per user before the
+clock) is reopened and the request sent again, not counted as an error (:mod:`_loadgen`). Two measurements per arm:
 
-* **throughput** (closed loop): every user runs ``--turns`` turns back to back; turns/s, and the server's own CPU
-  time per turn (``/proc/<pid>/stat`` of the server process, before and after);
-* **latency** (open loop): turns arrive at a fixed rate (``--rate``, 50/s by default: a busy worker, well
-  below saturation), the same for every arm, each taken by an idle user; time from arrival to the first
-  answer delta, p50/p99. (At saturation every turn waits behind all the others, so a closed loop measures the
-  queue's length, not the platform.)
+* **throughput** (closed loop): every user runs turns back to back for ``--duration`` seconds (10 by default; a
+  window of a fixed number of turns was 2 s on Berth); turns/s — the arm's saturation — the server's own CPU time
+  per turn (``/proc/<pid>/stat`` of the server process, before and after), and its ``fsync`` + ``fdatasync``
+  calls per turn (:mod:`_fsyncs`: ``perf stat`` on the syscall tracepoints, over exactly the window);
+* **latency** (open loop): turns arrive at 75% of *that arm's own* saturation (``--rate`` fixes one rate for all
+  instead), for ``--duration`` seconds, each taken by an idle user; time from arrival to the first answer delta,
+  p50/p99. (At saturation every turn waits behind all the others, so a closed loop measures the queue's length,
+  not the platform; and a fixed rate is near one arm's saturation and idle for another.)
+
+Berth and the ``create_agent`` peer run twice: with their data on the disk (the temporary folder) and on a tmpfs
+(``/dev/shm``), so the ratio is read with and without the disk (the peer's checkpointer syncs several times a
+turn; Berth's group commit at most about once). ``--profile`` samples the Berth server (events in the POST) during one
+more throughput window with py-spy (``pip install py-spy``; without it the profile is skipped): samples of the
+thread holding the GIL only (``--gil``: the Python code running, so a thread waiting on a lock, a queue or
+another thread is not blamed; py-spy's own idle detection counted waiting pool threads as busy); the top
+functions by own and by total samples.
 
 A Berth turn is two requests (``POST …/turns``, then ``GET`` its events) or one (``Accept: text/event-stream``:
 the events in the ``POST``'s response); the peer's is one ``POST`` streaming its events, so the like-for-like
-ratio is Berth's one-request arm against it. Targets: Berth ≥ 5x the peer's tool turns/s, server CPU ≤ 2 ms per
-tool turn, p99 first delta ≤ 15 ms at 50 turns/s, 0 errors.
+ratio is Berth's one-request arm against it. Targets: Berth ≥ 5x ``create_agent``'s tool turns/s on the disk and
+≥ 4x on tmpfs, server CPU per tool turn ≤ 3x the bare stream's, p99 first delta at 75% of saturation ≤ the
+peer's, 0 errors.
 
-    .venv/bin/python bench/api_load.py --conversations 200 --turns 2
+    .venv/bin/python bench/api_load.py --conversations 200 --duration 10 [--profile]
 """
 
 from __future__ import annotations
@@ -37,21 +49,25 @@ import argparse
 import asyncio
 import json
 import os
-import platform
-import socket
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import yaml
+from _fsyncs import FsyncCounter
 from _loadgen import Connection, HttpError, first_answer_delta
+from _machine import header
+from _servers import free_port, launch, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWER_TEXT = "Berth answers with a streamed reply of moderate length. " * 6
@@ -67,6 +83,10 @@ ANSWER = (
     '<channel:followups>{"followups": ["more?"]}</channel:followups>'
 )
 PEERS = ("create_agent", "create_react_agent")
+TMPFS = Path("/dev/shm")
+"""Where the tmpfs arms keep their data (Berth's ``--var``, the peer's SQLite file)."""
+SATURATION_SHARE = 0.75
+"""The latency run's arrival rate, as a share of the arm's own closed-loop throughput."""
 GATEWAY = {
     "auth": {"mode": "none"},
     "limits": {"default": {"requests_per_minute": 6_000_000, "burst": 100_000, "concurrent_turns": 1_000}},
@@ -94,13 +114,8 @@ BARE_APP = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Wait until ``url`` answers below 500 (``bench/scale.py``'s servers; this script's go through ``launch``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -129,6 +144,12 @@ class Run:
     errors: int = 0
     elapsed_s: float = 0.0
     server_cpu_s: float = float("nan")
+    fsyncs: int | None = None
+    """``fsync`` + ``fdatasync`` calls by the server over the window (None: not counted)."""
+    reconnects: int = 0
+    """Requests sent again on a fresh connection after the server closed an idle one (not errors)."""
+    rate: float = float("nan")
+    """The latency run's arrival rate (turns/s)."""
 
     @property
     def per_second(self) -> float:
@@ -140,6 +161,11 @@ class Run:
         """The server process's CPU time per turn, in ms."""
         return 1000 * self.server_cpu_s / self.turns if self.turns else float("nan")
 
+    @property
+    def fsyncs_per_turn(self) -> str:
+        """``fsync`` + ``fdatasync`` calls per turn, or ``n/a``."""
+        return "n/a" if self.fsyncs is None or not self.turns else f"{self.fsyncs / self.turns:.2f}"
+
     def row(self) -> list[str]:
         ordered = sorted(self.first_delta_s) or [float("nan")]
         p99 = percentile(ordered, 0.99)
@@ -150,6 +176,7 @@ class Run:
             f"{statistics.median(ordered) * 1000:.1f}",
             f"{p99 * 1000:.1f}",
             f"{self.cpu_ms_per_turn:.2f}",
+            self.fsyncs_per_turn,
             str(self.errors),
         ]
 
@@ -223,13 +250,19 @@ def turn_of(user: User, kind: Kind, n: int) -> Awaitable[float | None]:
     return user.berth_streamed_turn(n) if kind == "berth-one-request" else user.berth_turn(n)
 
 
-async def throughput(name: str, port: int, pid: int, conversations: int, turns: int, kind: Kind) -> Run:
-    """Closed loop: every user runs ``turns`` turns back to back; the server's CPU time is read around it."""
+async def throughput(
+    name: str, port: int, pid: int, conversations: int, turns: int, kind: Kind, *, duration_s: float | None = None
+) -> Run:
+    """Closed loop: every user runs ``turns`` turns back to back, or turns until ``duration_s`` has passed; the
+    server's CPU time and its ``fsync`` calls are read around it."""
     users = await open_users(port, conversations, kind)
     run = Run(name)
+    deadline = float("inf")
 
     async def user_loop(user: User) -> None:
-        for n in range(turns):
+        n = 0
+        while (n < turns) if duration_s is None else (time.perf_counter() < deadline):
+            n += 1
             started = time.perf_counter()
             try:
                 delay = await turn_of(user, kind, n)
@@ -242,14 +275,25 @@ async def throughput(name: str, port: int, pid: int, conversations: int, turns: 
             run.first_delta_s.append(delay - started)
             run.turns += 1
 
+    fsyncs = FsyncCounter(pid)
+    fsyncs.start()
     cpu_before = cpu_seconds(pid)
     started = time.perf_counter()
+    if duration_s is not None:
+        deadline = started + duration_s
     await asyncio.gather(*(user_loop(user) for user in users))
     run.elapsed_s = time.perf_counter() - started
     run.server_cpu_s = cpu_seconds(pid) - cpu_before
-    for user in users:
-        await user.connection.close()
+    run.fsyncs = fsyncs.stop()
+    await close_users(users, run)
     return run
+
+
+async def close_users(users: list[User], run: Run) -> None:
+    """Close every user's connection; add up the reconnects they needed."""
+    for user in users:
+        run.reconnects += user.connection.reconnects
+        await user.connection.close()
 
 
 async def latency(name: str, port: int, pid: int, conversations: int, rate: float, arrivals: int, kind: Kind) -> Run:
@@ -284,8 +328,8 @@ async def latency(name: str, port: int, pid: int, conversations: int, rate: floa
     await asyncio.gather(*tasks)
     run.elapsed_s = time.perf_counter() - started
     run.server_cpu_s = cpu_seconds(pid) - cpu_before
-    for user in users:
-        await user.connection.close()
+    run.rate = rate
+    await close_users(users, run)
     return run
 
 
@@ -327,34 +371,33 @@ class Server:
     port: int
 
     def stop(self) -> None:
-        """Terminate it and wait."""
-        self.process.terminate()
-        self.process.wait(20)
+        """End it and its process group."""
+        stop(self.process)
 
 
-def start_berth(work: Path) -> Server:
-    """``berth run`` on a free port with the scripted tool-turn model and the hello bundle."""
+def start_berth(work: Path, var: Path, name: str = "berth") -> Server:
+    """``berth run`` on a free port with the scripted tool-turn model and the hello bundle, its data in ``var``."""
     script = work / "script.yaml"
     script.write_text(yaml.safe_dump({"chunk_size": 24, "by_round": True, "responses": [TOOL_CALL, ANSWER]}))
     descriptors = work / "descriptors"
-    descriptors.mkdir()
-    # Titles off: the peers title nothing, and a title is one more model call per new conversation.
-    model = {"provider": "scripted", "model": str(script)}
-    settings = {"models": {"default": model}, "react": {"conversation_titles": False}}
-    (descriptors / "assembly.yaml").write_text(yaml.safe_dump({"platform": settings}))
-    (descriptors / "bundles.yaml").write_text(
-        yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
-    )
-    # Admission stays on, with limits above the offered load: the run measures what checking them costs,
-    # not what refusing costs.
-    (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
+    if not descriptors.exists():
+        descriptors.mkdir()
+        # Titles off: the peers title nothing, and a title is one more model call per new conversation.
+        model = {"provider": "scripted", "model": str(script)}
+        settings = {"models": {"default": model}, "react": {"conversation_titles": False}}
+        (descriptors / "assembly.yaml").write_text(yaml.safe_dump({"platform": settings}))
+        (descriptors / "bundles.yaml").write_text(
+            yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
+        )
+        # Admission stays on, with limits above the offered load: the run measures what checking them costs,
+        # not what refusing costs.
+        (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
     command = [str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]
-    command += ["--port", str(port), "--var", str(work / "var")]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(f"http://127.0.0.1:{port}/readyz", process)
-    return Server("berth", "berth", process, port)
+    command += ["--port", str(port), "--var", str(var)]
+    process = launch(command, f"http://127.0.0.1:{port}/readyz", env=env)
+    return Server(name, "berth", process, port)
 
 
 def start_bare(work: Path, frames: list[str]) -> Server:
@@ -363,9 +406,7 @@ def start_bare(work: Path, frames: list[str]) -> Server:
     (work / "bare.py").write_text(BARE_APP)
     port = free_port()
     command = [sys.executable, str(work / "bare.py"), str(work / "frames.txt"), str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(f"http://127.0.0.1:{port}/docs", process)
-    return Server("bare StreamingResponse", "bare", process, port)
+    return Server("bare StreamingResponse", "bare", launch(command, f"http://127.0.0.1:{port}/docs"), port)
 
 
 def peer_missing() -> str | None:
@@ -380,100 +421,211 @@ def peer_missing() -> str | None:
     return None
 
 
-def start_peer(work: Path, builder: str) -> Server:
-    """The LangGraph peer (``bench/_langgraph_peer.py``) with ``builder``, warmed by one turn."""
+def start_peer(data: Path, builder: str, suffix: str = "") -> Server:
+    """The LangGraph peer (``bench/_langgraph_peer.py``) with ``builder``, its SQLite file in ``data``, warmed."""
     port = free_port()
-    database = str(work / f"{builder}.sqlite")
+    database = str(data / f"{builder}.sqlite")
     command = [sys.executable, str(ROOT / "bench" / "_langgraph_peer.py"), str(port), database, builder]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_ready(f"http://127.0.0.1:{port}/ready", process)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-        warm = client.post("/threads/warm-up/turns", json={"message": "hello"})
-        if "channel.delta" not in warm.text:
-            raise SystemExit(f"the {builder} peer did not stream an answer: {warm.text[:300]}")
-    return Server(f"LangGraph {builder} + AsyncSqliteSaver", "peer", process, port)
+    process = launch(command, f"http://127.0.0.1:{port}/ready")
+    server = Server(f"LangGraph {builder} + AsyncSqliteSaver{suffix}", "peer", process, port)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            warm = client.post("/threads/warm-up/turns", json={"message": "hello"})
+    except BaseException:
+        server.stop()
+        raise
+    if "channel.delta" not in warm.text:
+        server.stop()
+        raise SystemExit(f"the {builder} peer did not stream an answer: {warm.text[:300]}")
+    return server
+
+
+ONE_REQUEST = "berth (events in the POST)"
+ONE_REQUEST_TMPFS = "berth (events in the POST) on tmpfs"
+PEER_TMPFS_SUFFIX = " on tmpfs"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conversations", type=int, default=200, help="simulated users (connections)")
-    parser.add_argument("--turns", type=int, default=2, help="turns per user in the throughput run")
-    parser.add_argument("--rate", type=float, default=50.0, help="arrivals per second in the latency run")
-    parser.add_argument("--arrivals", type=int, default=400, help="turns in the latency run")
-    parser.add_argument("--quick", action="store_true", help="10 users, 1 turn, 20 arrivals: a smoke test")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of each throughput and latency window")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="one arrival rate (turns/s) for every arm, instead of 75%% of its own"
+    )
+    parser.add_argument("--profile", action="store_true", help="sample the Berth server with py-spy (one more window)")
+    parser.add_argument("--quick", action="store_true", help="10 users, 1 s windows: a smoke test")
     args = parser.parse_args()
     if args.quick:
-        args.conversations, args.turns, args.arrivals = 10, 1, 20
-    users, turns, rate, arrivals = args.conversations, args.turns, args.rate, args.arrivals
+        args.conversations, args.duration = 10, 1.0
     missing = peer_missing()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+    tmpfs_missing = None if TMPFS.is_dir() and os.access(TMPFS, os.W_OK) else f"{TMPFS} is not a writable folder"
+    profile_text = ""
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(dir=None if tmpfs_missing else TMPFS) as shm:
+        work, memory = Path(tmp), Path(shm)
         servers: list[Server] = []
         try:
-            berth = start_berth(work)
+            berth = start_berth(work, work / "var")
             servers.append(berth)
             frames = capture_frames(f"http://127.0.0.1:{berth.port}")
             bare = start_bare(work, frames)
             servers.append(bare)
-            peers = [] if missing else [start_peer(work, builder) for builder in PEERS]
-            servers.extend(peers)
-            loads = [
+            loads: list[tuple[str, Server, Kind]] = [
                 (bare.name, bare, "bare"),
                 ("berth (two requests)", berth, "berth"),
-                ("berth (events in the POST)", berth, "berth-one-request"),
-                *((peer.name, peer, "peer") for peer in peers),
+                (ONE_REQUEST, berth, "berth-one-request"),
             ]
+            if not tmpfs_missing:
+                berth_tmpfs = start_berth(work, memory / "var", "berth on tmpfs")
+                servers.append(berth_tmpfs)
+                loads.append((ONE_REQUEST_TMPFS, berth_tmpfs, "berth-one-request"))
+            if not missing:
+                for builder in PEERS:
+                    peer = start_peer(work, builder)
+                    servers.append(peer)
+                    loads.append((peer.name, peer, "peer"))
+                    if builder == "create_agent" and not tmpfs_missing:
+                        peer = start_peer(memory, builder, PEER_TMPFS_SUFFIX)
+                        servers.append(peer)
+                        loads.append((peer.name, peer, "peer"))
+            users, window = args.conversations, args.duration
             rates = [
-                asyncio.run(throughput(name, server.port, server.process.pid, users, turns, kind))
+                asyncio.run(throughput(name, server.port, server.process.pid, users, 0, kind, duration_s=window))
                 for name, server, kind in loads
             ]
             delays = [
-                asyncio.run(latency(name, server.port, server.process.pid, users, rate, arrivals, kind))
-                for name, server, kind in loads
+                asyncio.run(
+                    latency(
+                        name,
+                        server.port,
+                        server.process.pid,
+                        users,
+                        args.rate or SATURATION_SHARE * saturation.per_second,
+                        max(1, round(window * (args.rate or SATURATION_SHARE * saturation.per_second))),
+                        kind,
+                    )
+                )
+                for (name, server, kind), saturation in zip(loads, rates, strict=True)
             ]
-        finally:
+            if args.profile:
+                profile_text = profile(berth, users, window)
+        finally:  # a server that did not start was killed by ``launch`` (``ServerDidNotStart`` names it)
             for server in servers:
                 server.stop()
-    report(args, len(frames), rates, delays, missing)
+    report(args, len(frames), rates, delays, missing, tmpfs_missing)
+    if profile_text:
+        print(profile_text)
 
 
-def report(args: argparse.Namespace, frames: int, rates: list[Run], delays: list[Run], missing: str | None) -> None:
+def py_spy() -> str | None:
+    """The py-spy executable (on ``PATH`` or beside this interpreter), if installed."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def profile(berth: Server, users: int, window: float, top: int = 25) -> str:
+    """Sample the Berth server with py-spy during one more throughput window (events in the POST); the top
+    functions by own samples and by total samples (``--gil``: only the thread holding the GIL is sampled)."""
+    executable = py_spy()
+    if executable is None:
+        return "\nprofile: skipped: py-spy not found (pip install py-spy)"
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "profile.txt"
+        command = [executable, "record", "--pid", str(berth.process.pid), "--format", "raw", "--output", str(raw)]
+        command += ["--rate", "250", "--gil", "--function"]  # the function, not its line
+        sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        run = asyncio.run(
+            throughput(ONE_REQUEST, berth.port, berth.process.pid, users, 0, "berth-one-request", duration_s=window)
+        )
+        sampler.send_signal(signal.SIGINT)
+        _, errors = sampler.communicate(timeout=60)
+        if not raw.exists():
+            return f"\nprofile: py-spy wrote nothing: {errors.strip()[-300:]}"
+        own: Counter[str] = Counter()
+        total: Counter[str] = Counter()
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            frames = [frame for frame in stack.split(";") if not frame.startswith(("process ", "thread "))]
+            if not frames:
+                continue
+            own[frames[-1]] += int(count)
+            for frame in set(frames):
+                total[frame] += int(count)
+    samples = sum(own.values()) or 1
+    lines = [
+        f"\nprofile (py-spy, samples of the GIL holder at 250/s) of {run.turns} turns in {run.elapsed_s:.1f} s, "
+        f"{samples} samples; top {top} by own samples:"
+    ]
+    lines += [f"{100 * count / samples:6.1f}%  {frame}" for frame, count in own.most_common(top)]
+    lines.append(f"top {top} by total samples (the function and what it calls):")
+    lines += [f"{100 * count / samples:6.1f}%  {frame}" for frame, count in total.most_common(top)]
+    return "\n".join(lines)
+
+
+def ratio(a: Run | None, b: Run | None) -> str:
+    """``a``'s turns/s over ``b``'s, or ``n/a``."""
+    return "n/a" if a is None or b is None else f"{a.per_second / b.per_second:.2f}"
+
+
+def report(
+    args: argparse.Namespace,
+    frames: int,
+    rates: list[Run],
+    delays: list[Run],
+    missing: str | None,
+    tmpfs_missing: str | None,
+) -> None:
     """Print both tables, the ratios and the targets; exit 1 on any error."""
-    print(f"machine: {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}")
     print(f"one uvicorn worker each, {frames} SSE frames per Berth turn, load generator: bench/_loadgen.py")
-    print("a turn: one tool call (hello.greet / greet), its result, an answer streamed in 24-character chunks\n")
-    header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "server CPU ms/turn", "errors"]
-    print(f"throughput: {args.conversations} users x {args.turns} turns back to back")
-    print_table([header, *(run.row() for run in rates)])
+    print("a turn: one tool call (hello.greet / greet), its result, an answer streamed in 24-character chunks")
+    print("fsyncs/turn: fsync + fdatasync calls by the server per turn (perf stat on the syscall tracepoints)\n")
+    columns = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "server CPU ms/turn"]
+    columns += ["fsyncs/turn", "errors"]
+    print(f"throughput (saturation): {args.conversations} users, turns back to back for {args.duration:g} s")
+    print_table([columns, *(run.row() for run in rates)])
     by_name = {run.name: run for run in rates}
-    bare, two, one = (
-        by_name["bare StreamingResponse"],
-        by_name["berth (two requests)"],
-        by_name["berth (events in the POST)"],
-    )
+    bare, two, one = by_name["bare StreamingResponse"], by_name["berth (two requests)"], by_name[ONE_REQUEST]
     print(f"berth / bare streams per second: {two.per_second / bare.per_second:.2f} (bare does no turn)")
+    if tmpfs_missing:
+        print(f"tmpfs arms skipped: {tmpfs_missing}")
     peers = [run for run in rates if run.name.startswith("LangGraph")]
     if missing:
         print(f"peer arms skipped: {missing} (install the bench extra: pip install -e .[bench])")
     for peer in peers:
+        if peer.name.endswith(PEER_TMPFS_SUFFIX):
+            print(f"berth / {peer.name} tool turns per second: {ratio(by_name.get(ONE_REQUEST_TMPFS), peer)} "
+                  "(both on tmpfs; target >= 4)")  # fmt: skip
+            continue
         print(
             f"berth / {peer.name} tool turns per second: {one.per_second / peer.per_second:.2f} "
             f"(events in the POST; two requests: {two.per_second / peer.per_second:.2f}) (target >= 5)"
         )
     print(
         f"server CPU per tool turn: berth {one.cpu_ms_per_turn:.2f} ms (events in the POST), "
-        f"{two.cpu_ms_per_turn:.2f} ms (two requests) (target <= 2 ms)"
+        f"{two.cpu_ms_per_turn:.2f} ms (two requests); bare stream {bare.cpu_ms_per_turn:.2f} ms; "
+        f"berth / bare {one.cpu_ms_per_turn / bare.cpu_ms_per_turn:.1f}x (target <= 3x)"
         + "".join(f"; {peer.name} {peer.cpu_ms_per_turn:.2f} ms" for peer in peers)
     )
-    print(f"\nlatency: {args.arrivals} turns arriving at {args.rate:g}/s over {args.conversations} users")
-    print_table([header, *(run.row() for run in delays)])
-    berth_latency = next(run for run in delays if run.name == "berth (two requests)")
-    print(f"berth p99 first delta at {args.rate:g} turns/s: {1000 * p99(berth_latency):.1f} ms (target <= 15 ms)")
+    share = f"{args.rate:g} turns/s" if args.rate else f"{100 * SATURATION_SHARE:g}% of each arm's saturation"
+    print(f"\nlatency: turns arriving at {share} for {args.duration:g} s over {args.conversations} users")
+    print_table([["", "rate/s", *columns[1:]], *([run.name, f"{run.rate:.1f}", *run.row()[1:]] for run in delays)])
+    latency_of = {run.name: run for run in delays}
+    for berth_arm, peer_arm in (
+        (ONE_REQUEST, "LangGraph create_agent + AsyncSqliteSaver"),
+        (ONE_REQUEST_TMPFS, "LangGraph create_agent + AsyncSqliteSaver" + PEER_TMPFS_SUFFIX),
+    ):
+        if berth_arm in latency_of and peer_arm in latency_of:
+            berth_p99, peer_p99 = 1000 * p99(latency_of[berth_arm]), 1000 * p99(latency_of[peer_arm])
+            print(f"p99 first delta at {share}: {berth_arm} {berth_p99:.1f} ms, {peer_arm} {peer_p99:.1f} ms "
+                  "(target: berth <= peer)")  # fmt: skip
     errors = sum(run.errors for run in (*rates, *delays))
-    print(f"errors: {errors} (must be 0)")
+    reconnects = sum(run.reconnects for run in (*rates, *delays))
+    print(f"errors: {errors} (must be 0); idle connections reopened: {reconnects} (not errors)")
     if errors:
         raise SystemExit(1)
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

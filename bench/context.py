@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from _machine import header
+
 from berth.runtime.announce import AnnounceState
 from berth.runtime.blocks import Block, BlockType
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens, estimate_tokens
@@ -497,4 +499,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

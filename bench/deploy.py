@@ -24,6 +24,7 @@ from typing import Any
 
 import docker  # type: ignore[import-untyped, unused-ignore]
 import httpx
+from _machine import header
 
 from berth.config.environment import docker_host
 
@@ -143,4 +144,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

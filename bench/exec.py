@@ -61,6 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _machine import header
+
 from berth.config import Configuration
 from berth.default_plugins.exec.local import LocalBackend, bwrap_works, package_folder
 from berth.execution.limits import ExecLimits
@@ -373,4 +375,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     sys.exit(main())

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from _machine import header
 
 from berth.bundle.knowledge import DocumentFolder, KnowledgeSpace, SourceTree
 from berth.knowledge.chunks import Chunk, base_anchor
@@ -419,4 +420,5 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     asyncio.run(main(parse()))

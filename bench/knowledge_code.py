@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from _machine import header
+
 from berth.bundle.knowledge import KnowledgeSpace, SourceTree
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.space import SpaceIndex
@@ -156,4 +158,5 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     asyncio.run(main(parse()))

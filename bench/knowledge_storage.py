@@ -29,6 +29,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from _machine import header
+
 from berth.bundle.knowledge import KnowledgeSpace, SourceTree
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.space import SpaceIndex
@@ -168,4 +170,5 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     asyncio.run(main(parse()))

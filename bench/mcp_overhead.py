@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
+from _machine import header
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -225,4 +226,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

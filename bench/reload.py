@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from _machine import header
+
 from berth.host.generation import BundleGeneration
 from berth.host.registry import BundleRegistry, ReloadOutcome
 from berth.host.runtime import HostRuntime
@@ -476,4 +478,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

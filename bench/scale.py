@@ -42,6 +42,7 @@ from pathlib import Path
 import httpx
 import redis
 import yaml
+from _machine import header
 from api_load import (
     ANSWER,
     GATEWAY,
@@ -267,7 +268,8 @@ def run_arms(args: argparse.Namespace, redis_url: str) -> list[Measured]:
 def report(args: argparse.Namespace, results: list[Measured]) -> None:
     print(f"machine: {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}")
     print("a turn: one tool call (hello.greet), its result, an answer streamed in 24-character chunks; one POST each\n")
-    header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "API CPU ms/turn", "errors"]
+    header = ["", "turns", "turns/s", "first delta p50 ms", "first delta p99 ms", "API CPU ms/turn"]
+    header += ["API fsyncs/turn", "errors"]
     print(f"throughput: {args.conversations} users x {args.turns} turns back to back")
     print_table([header, *(m.rate.row() for m in results)])
     print(f"\nlatency: {args.arrivals} turns arriving at {args.rate:g}/s over {args.conversations} users")
@@ -288,4 +290,5 @@ def report(args: argparse.Namespace, results: list[Measured]) -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from _machine import header
 
 REPO = Path(__file__).resolve().parents[1]
 DESCRIPTORS = REPO / "descriptors"
@@ -437,4 +438,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

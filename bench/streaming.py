@@ -23,6 +23,8 @@ import re
 import time
 from collections.abc import Callable
 
+from _machine import header
+
 from berth.streaming import (
     ChannelDelta,
     ChannelEvent,
@@ -257,4 +259,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()

@@ -31,6 +31,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from _machine import header
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -109,4 +111,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(header(), flush=True)
     main()
