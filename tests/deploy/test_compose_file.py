@@ -115,7 +115,8 @@ COMPOSES = {
 
 
 def _compose_config(command: list[str], variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    environment = {"PATH": "/usr/bin:/bin:/usr/local/bin", "BERTH_SECRETS_DIR": str(DEPLOY / "compose" / "secrets.example")}
+    secrets = str(DEPLOY / "compose" / "secrets.example")
+    environment = {"PATH": "/usr/bin:/bin:/usr/local/bin", "BERTH_SECRETS_DIR": secrets}
     return subprocess.run(
         [*command, "-f", str(DEPLOY / "compose.yaml"), "config"],
         env={**environment, **variables},
