@@ -3,14 +3,16 @@
 replaced, through the file's own variables: the PostgreSQL, Redis and moto images by local stand-ins
 (:mod:`stand_ins`), the model by the scripted one (the descriptors folder), and the secrets by test values.
 
-Two workers (``--scale worker=2``); one turn goes through the API container, is run by a worker container, is
-persisted in the stack's PostgreSQL, and runs a program with ``exec.python`` in a sibling container the worker
-starts through the engine's socket; the file it writes is stored in the stack's S3 store and served by the API.
+Two workers (the file's ``BERTH_WORKERS``, kept by a plain ``up -d``); one turn goes through the API container, is
+run by a worker container, is persisted in the stack's PostgreSQL, and runs a program with ``exec.python`` in a
+sibling container the worker starts through the engine's socket; the file it writes is stored in the stack's S3
+store and served by the API. Then an API key added to the mounted ``gateway.yaml`` works without a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -148,6 +150,7 @@ def stack(images: tuple[str, str], engine: Any, tmp_path: Path) -> Iterator[Comp
         {
             **stand_ins,
             "BERTH_TAG": images[0].partition(":")[2],
+            "BERTH_WORKERS": "2",
             "BERTH_PORT": str(free_port()),
             "BERTH_DESCRIPTORS_DIR": str(descriptors),
             "BERTH_SECRETS_DIR": str(secrets),
@@ -157,7 +160,7 @@ def stack(images: tuple[str, str], engine: Any, tmp_path: Path) -> Iterator[Comp
         },
     )
     try:
-        running.run("up", "-d", "--scale", "worker=2", timeout=900)
+        running.run("up", "-d", timeout=900)
         yield running
     except BaseException:
         print(running.run("logs", "--tail", "60").stdout)
@@ -268,3 +271,18 @@ async def test_a_turn_runs_through_the_compose_stack_with_exec_in_a_sibling_cont
     assert stack.psql(f"SELECT state FROM berth_turns WHERE turn_id='{turn_id}'") == "completed"
     location = stack.psql(f"SELECT location FROM berth_artifacts WHERE turn_id='{turn_id}' AND path LIKE '%report.txt'")
     assert re.fullmatch(r"acme/ops/.+/[0-9a-f]{64}", location), location
+
+    # an API key added to the mounted gateway.yaml on the host works at once: the API container follows its descriptors
+    gateway_file = Path(stack.environment["BERTH_DESCRIPTORS_DIR"]) / "gateway.yaml"
+    gateway = yaml.safe_load(gateway_file.read_text())
+    new_key = "acme-ops-added-key"
+    gateway["auth"]["keys"].append(
+        {"id": "added", "sha256": hashlib.sha256(new_key.encode()).hexdigest(), "tenant": "acme", "roles": ["user"]}
+    )
+    gateway_file.write_text(yaml.safe_dump(gateway))
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {new_key}"}, timeout=10) as added:
+        while (listed := await added.get("/v1/acme/ops/conversations")).status_code == 401:
+            assert time.monotonic() < deadline, "the API never adopted the key added to gateway.yaml"
+            await asyncio.sleep(0.25)
+        assert listed.status_code == 200, listed.text

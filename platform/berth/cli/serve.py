@@ -56,7 +56,13 @@ def check_model_credentials(config: Configuration) -> None:
 @DESCRIPTORS_OPTION
 @click.option("--host", help="address to listen on (default: gateway.yaml listen.host, 127.0.0.1)")
 @click.option("--port", type=int, help="port (default: gateway.yaml listen.port, 8000)")
-@click.option("--reload", "watch", is_flag=True, help="development: reload bundles and descriptors when files change")
+@click.option(
+    "--reload",
+    "--watch",
+    "watch",
+    is_flag=True,
+    help="follow the descriptors (API keys, tenants, bundles) and watched bundle folders when their files change",
+)
 @click.option("--demo", is_flag=True, help="answer with the scripted demo model (no API key needed)")
 @click.option("--var", "var_root", type=click.Path(file_okay=False, path_type=Path), help="storage root override")
 @click.option(

@@ -1,6 +1,6 @@
 """Reload triggers from the file system (SPEC §3.3): folder bundles with ``watch: true``, bundles installed in
-editable mode (``pip install -e``), and the ``bundles.yaml`` / ``bundles.secrets.yaml`` descriptors (props and
-secrets change without re-import).
+editable mode (``pip install -e``), and the descriptors (props and secrets change without re-import; API keys,
+tenants and limits are read from the configuration now serving, so they follow too).
 """
 
 from __future__ import annotations
@@ -13,12 +13,15 @@ from pathlib import Path
 from watchfiles import Change, awatch
 
 from berth.config import Configuration, DescriptorError
-from berth.config.descriptors import BUNDLES, BUNDLES_SECRETS
+from berth.config.descriptors import ASSEMBLY, BUNDLES, BUNDLES_SECRETS, GATEWAY, SECRETS
 from berth.host.importer import bundle_entry_points, editable_source_folders
 from berth.host.loader import watched_folder
 from berth.host.registry import BundleRegistry
 
 log = logging.getLogger(__name__)
+
+WATCHED_DESCRIPTORS = frozenset({ASSEMBLY, BUNDLES, BUNDLES_SECRETS, GATEWAY, SECRETS})
+"""The descriptor files whose change re-reads the whole set (any of them: a new tenant touches three)."""
 
 DEBOUNCE_MS = 50
 """Edits arriving within this many milliseconds become one reload (editors write several times)."""
@@ -92,8 +95,12 @@ class BundleWatcher:
 
 
 class DescriptorWatcher:
-    """Re-reads the descriptors when ``bundles.yaml`` or ``bundles.secrets.yaml`` changes and applies
-    them to the registry; an invalid edit is logged and the previous configuration keeps serving."""
+    """Re-reads the descriptors when one of :data:`WATCHED_DESCRIPTORS` changes and applies them to the
+    registry; an invalid edit is logged and the previous configuration keeps serving.
+
+    What reads the registry's configuration per request follows at once: bundles, props and secrets, tenants and
+    projects, ``gateway.yaml``'s API keys, limits and budgets. What a process read once at start does not:
+    ``listen``, ``cors``, and ``platform:``'s storage and exec services (restart the process for those)."""
 
     def __init__(self, registry: BundleRegistry, load: ConfigurationLoader) -> None:
         self._registry = registry
@@ -106,10 +113,9 @@ class DescriptorWatcher:
         if root is None:
             await self._stop.wait()
             return
-        names = {BUNDLES, BUNDLES_SECRETS}
         async for _ in awatch(
             root,
-            watch_filter=lambda change, path: Path(path).name in names,
+            watch_filter=lambda change, path: Path(path).name in WATCHED_DESCRIPTORS,
             debounce=DEBOUNCE_MS,
             step=10,
             stop_event=self._stop,
