@@ -214,7 +214,9 @@ async def test_a_hit_shows_the_passage_that_answers_and_the_answer_cites_its_chu
     folder = write_bundle(tmp_path, skills=1)
     (folder / "runbooks" / "backups.md").write_text(BACKUPS)
     # the platform's default preview (6,000 characters) shows every passage of a search whole
-    async with turn_harness(tmp_path, {"ops": {"source": {"path": str(folder)}}}, result_preview_chars=6_000) as harness:
+    async with turn_harness(
+        tmp_path, {"ops": {"source": {"path": str(folder)}}}, result_preview_chars=6_000
+    ) as harness:
         result = await harness.turn(
             "ops",
             "how long are volume snapshots kept?",

@@ -3,14 +3,17 @@
 A chunk is cut into units — its lines, cut after their sentences, a long sentence at spaces — and the
 passage is the run of consecutive units, at most ``cap`` characters long, that holds the most of the query's
 words (a word found in few units of the chunk counts more than one found in most; the shortest such run),
-widened a unit at a time on both sides up to the cap. The passage is the chunk's own text (lines and indentation kept), cut only
-at unit boundaries, with ``…`` where the chunk goes on; a chunk that fits the cap is returned whole.
+widened a unit at a time on both sides up to the cap. The passage is the chunk's own text (lines and
+indentation kept), cut only at unit boundaries, with ``…`` where the chunk goes on; a chunk that fits the cap
+is returned whole.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+
 from berth.knowledge.store import query_words
 
 __all__ = ["PASSAGES_TOTAL_CHARS", "PASSAGE_CHARS", "passage", "passage_cap", "passage_terms"]
@@ -91,13 +94,11 @@ def _split(text: str, start: int, end: int, room: int, spans: list[tuple[int, in
         return
     boundary = _SENTENCE_END if level == 0 else _SPACE
     cuts = [start, *[m.end() for m in boundary.finditer(text, start, end) if m.end() < end], end]
-    for piece_start, piece_end in zip(cuts, cuts[1:], strict=False):
+    for piece_start, piece_end in itertools.pairwise(cuts):
         _split(text, piece_start, piece_end, room, spans, level + 1)
 
 
-def _densest(
-    units: list[tuple[int, int]], found: list[list[bool]], weights: list[float], room: int
-) -> tuple[int, int]:
+def _densest(units: list[tuple[int, int]], found: list[list[bool]], weights: list[float], room: int) -> tuple[int, int]:
     """The shortest run of units (first, last) that fits ``room`` and scores best: the summed weight of the
     query words it holds (then: shorter is better); the first unit when none does."""
     best: tuple[float, int] = (0.0, 0)

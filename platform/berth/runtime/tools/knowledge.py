@@ -137,8 +137,9 @@ def search_knowledge_tool() -> RuntimeTool:
         "react.search_knowledge",
         "Search the bundle's knowledge spaces (documents and code, by words and meaning; a query naming an "
         "identifier finds its definition first; path, language, symbol and kind narrow it). Each hit is a chunk: "
-        "its ks: path (cite it), title, lines and passage, the part of the chunk that best matches the query "
-        "('…' where the chunk goes on); read one in full with react.read(['ks:<space>/<path>#<anchor>']), or a whole file without '#…'. "
+        "its ks: path, title (heading path), lines and passage, the part of the chunk that best matches the query "
+        "('…' where the chunk goes on); read one in full with react.read(['ks:<space>/<path>#<anchor>']), "
+        "or a whole file without '#…'. "
         "Hits join the sources pool: cite them.",
         KnowledgeParams,
         run_search_knowledge,
