@@ -10,7 +10,10 @@ store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432).
    ``source`` (``platform/berth/**.py``, by definitions). Searched as ``react.search_knowledge`` searches
    (both spaces, merged), in three modes — lexical only (FTS5 BM25), embeddings only (cosine), hybrid
    (both, reciprocal-rank fused) — with each offline embedder. Prints recall@5 and MRR@10 per mode; the
-   baselines of the hybrid arm are the two single modes.
+   baselines of the hybrid arm are the two single modes. Then, for the questions that carry an ``answer``
+   phrase: how often the passage a hit shows (``berth.knowledge.passage``) holds the phrase, for the best
+   relevant hit in the top 5 of hybrid search whose chunk holds it, against the 240-character window hits
+   showed before (the baseline).
 2. **Query latency** — a synthetic corpus of 10k and 100k chunks (Zipf-distributed words from a 20k-word
    vocabulary, ~40 words per chunk); 200 three-word queries; p50/p99 in ms of ``SpaceIndex.search`` per
    mode (hybrid fuses both rankings here, as it does with a semantic embedder). The peer is
@@ -88,6 +91,41 @@ class Quality:
     mode: str
     recall_at_5: float
     mrr_at_10: float
+    answers: tuple[int, int, int, int] | None = None
+    """(the passage holds the answer phrase, the 240-character window holds it, questions measured: a relevant
+    hit in the top 5 whose chunk holds the phrase, questions with a phrase); hybrid mode only."""
+
+
+def plain(text: str) -> str:
+    """``text`` as an answer phrase is looked for in it: backticks and asterisks dropped, white space collapsed,
+    lower-cased."""
+    return " ".join(text.replace("`", "").replace("*", "").split()).lower()
+
+
+def window_240(text: str, query: str, width: int = 240) -> str:
+    """What a hit showed before passages (the baseline): the ``width`` characters (whitespace collapsed) around
+    the densest run of the query's words, in steps of a quarter width."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    words = {w.lower() for w in query.split() if len(w) > 2}
+    lowered = flat.lower()
+    best, best_hits = 0, -1
+    for start in range(0, max(len(flat) - width, 0) + 1, max(width // 4, 1)):
+        hits = sum(lowered[start : start + width].count(word) for word in words)
+        if hits > best_hits:
+            best, best_hits = start, hits
+    return flat[best : best + width]
+
+
+def answer_shown(hits: Sequence[Any], item: dict[str, Any]) -> tuple[bool, bool] | None:
+    """Whether the passage and the 240-character window of the best relevant hit in the top 5 whose chunk holds
+    the question's answer phrase hold it (None: no such hit)."""
+    phrase = plain(item["answer"])
+    for hit in hits[:5]:
+        if relevant(hit.logical_path, set(item["answers"])) and phrase in plain(hit.chunk.text):
+            return phrase in plain(hit.passage), phrase in plain(window_240(hit.chunk.text, item["question"]))
+    return None
 
 
 def relevant(path: str, answers: set[str]) -> bool:
@@ -118,14 +156,21 @@ async def quality(
     for mode in MODES:
         found_at_5 = 0
         reciprocal = 0.0
+        shown = [0, 0, 0, 0]
         for item in questions:
             answers = set(item["answers"])
             hits, _ = await search_spaces(spaces, item["question"], limit=10, mode=mode)
             ranks = [rank for rank, hit in enumerate(hits, start=1) if relevant(hit.logical_path, answers)]
             found_at_5 += bool(ranks and ranks[0] <= 5)
             reciprocal += 1.0 / ranks[0] if ranks else 0.0
+            if mode == "hybrid" and "answer" in item:
+                shown[3] += 1
+                held = answer_shown(hits, item)
+                if held is not None:
+                    shown = [shown[0] + held[0], shown[1] + held[1], shown[2] + 1, shown[3]]
         label = name if store_name == "sqlite" else f"{name}/{store_name}"
-        results.append(Quality(label, mode, found_at_5 / len(questions), reciprocal / len(questions)))
+        answered = (shown[0], shown[1], shown[2], shown[3]) if mode == "hybrid" else None
+        results.append(Quality(label, mode, found_at_5 / len(questions), reciprocal / len(questions), answered))
     for space in spaces:
         await space.aclose()
     return results
@@ -358,6 +403,15 @@ async def quality_part(arguments: argparse.Namespace, root: Path) -> None:
     print(f"{'embedder':<10}{'mode':<10}{'recall@5':>10}{'MRR@10':>10}")
     for row in rows:
         print(f"{row.embedder:<10}{row.mode:<10}{row.recall_at_5:>10.3f}{row.mrr_at_10:>10.3f}")
+    for row in rows:
+        if row.answers is not None and row.answers[2]:
+            passage_holds, window_holds, measured, phrased = row.answers
+            print(
+                f"passage holds the answer ({row.embedder}, hybrid): {passage_holds}/{measured} "
+                f"({passage_holds / measured:.2f}) vs 240-character window {window_holds}/{measured} "
+                f"({window_holds / measured:.2f}); measured: a relevant hit in the top 5 holds the phrase "
+                f"({measured} of {phrased} questions with an answer phrase)"
+            )
     for name in dict.fromkeys(row.embedder for row in rows):
         by_mode = {row.mode: row.mrr_at_10 for row in rows if row.embedder == name}
         best_single = max(by_mode["lexical"], by_mode["vector"])

@@ -196,3 +196,43 @@ async def test_the_docs_assistant_answers_about_berth_from_its_docs_and_source(t
         cited = harness.of_type("turn.completed")[0]["sources_used"]
         # [[S:1]] is the best hit of both spaces ranked on one scale (not a space's first by its name's order)
         assert cited[0]["url"].startswith(("ks:berth-docs/", "ks:berth-source/host/"))
+
+
+BACKUPS = (
+    "# Backups\n\n## Volumes\n\n"
+    + "The platform keeps its settings in one file and reads them once at start. " * 8
+    + "\n\nVolume snapshots are kept for a period that depends on the storage tier of the volume. "
+    "The tier is chosen when the disk is created and cannot be changed later without a migration. "
+    "Premium disks are replicated to a second zone; standard disks live in one zone only and cost less. "
+    "On the standard tier the period is 35 days, on the premium tier 90 days.\n\n"
+    + "Logs are shipped to the central store and rotated by size, never by age. " * 8
+    + "\n\n## Alerts\n\nPage the on-call engineer.\n"
+)
+
+
+async def test_a_hit_shows_the_passage_that_answers_and_the_answer_cites_its_chunk(tmp_path: Path) -> None:
+    folder = write_bundle(tmp_path, skills=1)
+    (folder / "runbooks" / "backups.md").write_text(BACKUPS)
+    # the platform's default preview (6,000 characters) shows every passage of a search whole
+    async with turn_harness(
+        tmp_path, {"ops": {"source": {"path": str(folder)}}}, result_preview_chars=6_000
+    ) as harness:
+        result = await harness.turn(
+            "ops",
+            "how long are volume snapshots kept?",
+            script=[
+                action("react.search_knowledge", query="how long are volume snapshots kept", limit=1),
+                complete("They are kept for 35 days [[S:1]]."),
+            ],
+        )
+        assert result.outcome == "completed"
+        found = harness.model.requests[1].prompt.section_text("current_turn")
+        # the hit: its ks: path, its heading path, and the passage holding the answer from the middle of the chunk
+        assert "ks:runbooks/backups.md#volumes" in found
+        assert "Backups > Volumes" in found
+        # the words of the question are in one sentence, the answer three sentences on (beyond 240 characters)
+        assert "On the standard tier the period is 35 days" in found
+        assert "…" in found  # the chunk (about 1,500 characters) was cut around the answer
+        assert found.count("reads them once at start") < 8
+        completed = harness.of_type("turn.completed")[0]
+        assert completed["sources_used"][0]["url"] == "ks:runbooks/backups.md#volumes"

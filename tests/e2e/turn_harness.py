@@ -136,12 +136,14 @@ async def turn_harness(
     *,
     models: ModelResolver | None = None,
     tool_packs: Mapping[str, ToolPackFactory] | None = None,
+    result_preview_chars: int = 400,
 ) -> AsyncIterator[TurnHarness]:
     """Start the stack; close it afterwards.
 
     :param models: resolves model roles instead of the scripted ``model``/``summarizer`` pair (a real
         provider against a fake server); the scripted providers are still created, and stay unused.
     :param tool_packs: the host's tool packs (``{"web": factory}``); bundles may enable only these.
+    :param result_preview_chars: how much of a tool result every prompt shows (the platform's default is 6,000).
     """
     config = Configuration.load(write_descriptors(tmp_path / "descriptors", bundles, react))
     registry = BundleRegistry(config, known_tool_packs=set(tool_packs) if tool_packs is not None else None)
@@ -166,7 +168,7 @@ async def turn_harness(
         tool_packs=tool_packs,
         memory=memory,
         clock=clock,
-        result_preview_chars=400,
+        result_preview_chars=result_preview_chars,
     )
     scope = ConversationScope(tenant="acme", project="support", user_id="ada", conversation_id="conv1")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import textwrap
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -253,7 +254,7 @@ def search_command(
             for note in notes:
                 click.echo(note, err=True)
             return [
-                {"path": hit.logical_path, "title": hit.chunk.title, "score": hit.score, "snippet": hit.snippet}
+                {"path": hit.logical_path, "title": hit.chunk.title, "score": hit.score, "passage": hit.passage}
                 for hit in hits
             ]
 
@@ -264,4 +265,4 @@ def search_command(
     if not hits:
         click.echo("no matches")
     for hit in hits:
-        click.echo(f"{hit['score']:.4f}  {hit['path']}  ({hit['title']})\n        {hit['snippet']}")
+        click.echo(f"{hit['score']:.4f}  {hit['path']}  ({hit['title']})\n{textwrap.indent(hit['passage'], ' ' * 8)}")

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from berth.knowledge.filters import ChunkFilter
-from berth.knowledge.space import CANDIDATES, Candidate, KnowledgeHit, SearchMode, SpaceIndex, snippet
+from berth.knowledge.passage import passage
+from berth.knowledge.space import CANDIDATES, Candidate, KnowledgeHit, SearchMode, SpaceIndex
 from berth.knowledge.store import camel_parts, path_words, query_words
 from berth.knowledge.symbols import CodeQuery
 from berth.runtime.memory import DEFAULT_RRF_K, fuse_rankings
@@ -156,7 +157,7 @@ def merge_candidates(
         ),
     )[:limit]
     return [
-        KnowledgeHit(unique[i].space, unique[i].chunk, round(scores[i], 5), snippet(unique[i].chunk.text, query))
+        KnowledgeHit(unique[i].space, unique[i].chunk, round(scores[i], 5), passage(unique[i].chunk.text, query))
         for i in best
     ]
 

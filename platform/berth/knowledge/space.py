@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeAlias
 from berth.knowledge.chunks import MAX_CHUNK_CHARS, Chunk, SkipFile, base_anchor, dedupe_anchor
 from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.indexers import KnowledgeIndexer, ListingError
+from berth.knowledge.passage import passage
 from berth.knowledge.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 from berth.knowledge.store import ChunkRow, FileRecord, FileUpdate, SpaceStore
 from berth.knowledge.symbols import DEFINITIONS_PER_NAME, CodeQuery
@@ -115,7 +116,8 @@ class KnowledgeHit:
     space: str
     chunk: ChunkRow
     score: float
-    snippet: str
+    passage: str
+    """The part of the chunk that best matches the query (:func:`berth.knowledge.passage.passage`)."""
 
     @property
     def logical_path(self) -> str:
@@ -284,7 +286,7 @@ class SpaceIndex:
         ]
         scored.sort(key=lambda item: (code.definition_rank(item[0]), -item[1], -fused.get(item[0].id, 0.0)))
         return [
-            KnowledgeHit(self.name, row, round(score, 5), snippet(row.text, query)) for row, score in scored[:limit]
+            KnowledgeHit(self.name, row, round(score, 5), passage(row.text, query)) for row, score in scored[:limit]
         ]
 
     def effective_mode(self, mode: SearchMode) -> SearchMode:
@@ -370,23 +372,6 @@ class SpaceIndex:
 def _progress(meta: dict[str, str]) -> dict[str, Any] | None:
     progress = meta.get("progress")
     return dict(json.loads(progress)) if progress else None
-
-
-def snippet(text: str, query: str, width: int = 240) -> str:
-    """The ``width`` characters of ``text`` around the densest run of query words (whitespace collapsed)."""
-    flat = " ".join(text.split())
-    if len(flat) <= width:
-        return flat
-    words = {w.lower() for w in query.split() if len(w) > 2}
-    lowered = flat.lower()
-    best, best_hits = 0, -1
-    for start in range(0, max(len(flat) - width, 0) + 1, max(width // 4, 1)):
-        window = lowered[start : start + width]
-        hits = sum(window.count(word) for word in words)
-        if hits > best_hits:
-            best, best_hits = start, hits
-    piece = flat[best : best + width]
-    return ("…" if best else "") + piece + ("…" if best + width < len(flat) else "")
 
 
 def _log_refresh_failure(task: asyncio.Task[RefreshReport]) -> None:

@@ -79,7 +79,7 @@ async def test_a_folder_is_indexed_in_sections_and_searched_by_words_and_meaning
     hits = await index.search("how many vacation days do I get", limit=3)
     assert hits[0].logical_path == "ks:docs/vacation.md#vacation-policy"
     assert hits[0].chunk.title == "Vacation policy"
-    assert "25 days" in hits[0].snippet
+    assert "25 days" in hits[0].passage
     carry = await index.search("unused days next year", limit=1, mode="lexical")
     assert carry[0].logical_path == "ks:docs/vacation.md#carry-over"
     assert carry[0].chunk.title == "Vacation policy > Carry-over"

@@ -1,7 +1,10 @@
 """``react.search_knowledge``: ranked chunks of the bundle's knowledge spaces (lexical + embeddings, fused).
 
-Each hit is a chunk with its ``ks:<space>/<path>#<anchor>`` path (``react.read`` opens it), a snippet and
-a score; the hits join the sources pool, so the answer can cite them.
+Each hit is a chunk with its ``ks:<space>/<path>#<anchor>`` path (``react.read`` opens it, the answer cites
+it), its heading path (title), its lines, a score and its passage: the part of the chunk that best matches the
+query (:mod:`berth.knowledge.passage`; the passages of one search add up to at most
+:data:`~berth.knowledge.passage.PASSAGES_TOTAL_CHARS`). The hits join the sources pool, so the answer can cite
+them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from berth.knowledge.filters import ChunkFilter, FilterError
 from berth.knowledge.merge import search_spaces_merged
+from berth.knowledge.passage import PASSAGE_CHARS, passage, passage_cap
 from berth.knowledge.space import KnowledgeHit, SpaceIndex
 from berth.runtime.toolbox import RuntimeTool, ToolNotice
 from berth.runtime.turn import TurnState
@@ -104,13 +108,14 @@ async def run_search_knowledge(params: BaseModel, state: TurnState) -> Any:
     hits, notes = await search_spaces(
         [bundle.knowledge[name] for name in names], params.query, limit=params.limit, mode=params.mode, within=within
     )
+    cap = passage_cap(len(hits))
     rows: list[dict[str, Any]] = [
         {
             "path": hit.logical_path,
             "title": hit.chunk.title,
             "lines": f"{hit.chunk.first_line}-{hit.chunk.last_line}",
             "score": hit.score,
-            "snippet": hit.snippet,
+            "passage": hit.passage if cap >= PASSAGE_CHARS else passage(hit.chunk.text, params.query, cap),
         }
         for hit in hits
     ]
@@ -131,8 +136,10 @@ def search_knowledge_tool() -> RuntimeTool:
     return RuntimeTool(
         "react.search_knowledge",
         "Search the bundle's knowledge spaces (documents and code, by words and meaning; a query naming an "
-        "identifier finds its definition first; path, language, symbol and kind narrow it). Hits are chunks; "
-        "read one in full with react.read(['ks:<space>/<path>#<anchor>']), or a whole file without '#…'. "
+        "identifier finds its definition first; path, language, symbol and kind narrow it). Each hit is a chunk: "
+        "its ks: path, title (heading path), lines and passage, the part of the chunk that best matches the query "
+        "('…' where the chunk goes on); read one in full with react.read(['ks:<space>/<path>#<anchor>']), "
+        "or a whole file without '#…'. "
         "Hits join the sources pool: cite them.",
         KnowledgeParams,
         run_search_knowledge,
