@@ -79,9 +79,11 @@ class TurnEventLog:
     async def frames(self, after: int = 0, heartbeat_s: float = 15.0) -> AsyncIterator[bytes]:
         """Frames after sequence ``after``, then new ones as they come; heartbeats while idle.
 
-        Each piece yielded holds every frame ready at that moment (whole frames, in order).
+        Each piece yielded holds every frame ready at that moment (whole frames, in order). A position past the
+        frames logged so far (a client that saw them from another process, or a resume that raced the turn's
+        start) is kept: the frames up to it are skipped as they come, never sent.
         """
-        sent = min(max(after, 0), len(self._frames))
+        sent = max(after, 0)
         while True:
             if sent < len(self._frames):
                 ready = self._frames[sent:]

@@ -228,6 +228,11 @@ def test_a_killed_hosts_container_is_removed_by_the_sweep_past_its_deadline(tmp_
     )
     try:
         started = next(iter(events))
+        # the host dies mid-run: once the program runs (the bootstrap, the container's init, has read its launch
+        # lines and forked the program), not while the container starts
+        within = time.monotonic() + 60
+        while len(client.api.top(started["id"])["Processes"] or []) < 2 and time.monotonic() < within:
+            time.sleep(0.05)
     finally:
         host.kill()
         host.wait()

@@ -80,6 +80,25 @@ def test_every_frame_ready_is_handed_over_in_one_piece_and_a_resume_starts_after
     assert resumed == [b"".join(encode_frame(f"turn_1:{n}", delta(str(n - 1))) for n in (4, 5))]
 
 
+def test_a_resume_past_the_events_so_far_gets_only_the_events_past_its_position() -> None:
+    async def scenario() -> list[bytes]:
+        log = TurnEventLog("turn_1")
+        await log.append(delta("0"))  # the turn has logged one event when a client resumes after event 3
+
+        async def read() -> list[bytes]:
+            return [piece async for piece in log.frames(after=3)]
+
+        reader = asyncio.create_task(read())
+        for n in range(1, 5):
+            await log.append(delta(str(n)))
+            await asyncio.sleep(0)
+        await log.close()
+        return await reader
+
+    sent = b"".join(asyncio.run(scenario()))
+    assert sent == encode_frame("turn_1:4", delta("3")) + encode_frame("turn_1:5", delta("4"))
+
+
 def test_a_waiting_reader_gets_each_event_as_it_is_appended_and_stops_at_close() -> None:
     async def scenario() -> list[bytes]:
         log = TurnEventLog("turn_1")
