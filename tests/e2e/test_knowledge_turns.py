@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 from turn_harness import action, complete, turn_harness
 
 BUNDLE_INIT = textwrap.dedent(
@@ -210,7 +211,12 @@ BACKUPS = (
 )
 
 
-async def test_a_hit_shows_the_passage_that_answers_and_the_answer_cites_its_chunk(tmp_path: Path) -> None:
+async def test_a_hit_shows_the_passage_that_answers_and_the_answer_cites_its_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an index of its own: the run's shared knowledge folder may hold the ops runbooks of another test (no backups.md),
+    # which a search would answer from while this test's files are indexed in the background
+    monkeypatch.setenv("BERTH_PLATFORM__KNOWLEDGE__ROOT", str(tmp_path / "knowledge"))
     folder = write_bundle(tmp_path, skills=1)
     (folder / "runbooks" / "backups.md").write_text(BACKUPS)
     # the platform's default preview (6,000 characters) shows every passage of a search whole
