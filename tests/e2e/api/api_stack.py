@@ -187,38 +187,23 @@ async def api_stack(
     tenants: dict[str, dict[str, Any]] | None = None,
 ) -> AsyncIterator[ApiStack]:
     script = write_script(tmp_path / "script.yaml", responses, repeat)
+
+    def descriptors_with(platform: dict[str, Any] | None) -> Path:
+        return write_stack_descriptors(
+            tmp_path / "descriptors", script, bundles, auth, gateway, bundles_secrets, platform, extra_keys,
+            tenant_bundles, tenants,
+        )  # fmt: skip
+
     if current_storage_kind() == "distributed":
         async with distributed_storage() as storage:
             extra = (platform or {}).get("storage", {})  # a test's additions (the artifact store)
             platform = {**(platform or {}), "storage": {**storage, **extra}}
-            descriptors = write_stack_descriptors(
-                tmp_path / "descriptors",
-                script,
-                bundles,
-                auth,
-                gateway,
-                bundles_secrets,
-                platform,
-                extra_keys,
-                tenant_bundles,
-                tenants,
-            )
+            descriptors = descriptors_with(platform)
             async with _turn_worker(descriptors) as worker, _serving(descriptors, tmp_path, govern_heap) as stack:
                 stack.worker = worker
                 yield stack
         return
-    descriptors = write_stack_descriptors(
-        tmp_path / "descriptors",
-        script,
-        bundles,
-        auth,
-        gateway,
-        bundles_secrets,
-        platform,
-        extra_keys,
-        tenant_bundles,
-        tenants,
-    )
+    descriptors = descriptors_with(platform)
     async with _serving(descriptors, tmp_path, govern_heap) as stack:
         yield stack
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,3 +32,11 @@ def combined_supervisor() -> dict[str, Any]:
         "supervisor_python": sys.executable,
         "mounts": [f"{repo_root_path}:{repo_root_path}:ro", f"{base}:{base}:ro"],
     }
+
+
+@pytest.fixture
+def runs_root() -> Iterator[Path]:
+    """A runs root the executors can traverse (pytest's tmp_path is private to root), removed afterwards."""
+    root = Path("/tmp") / f"berth-exec-runs-{os.getpid()}"
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

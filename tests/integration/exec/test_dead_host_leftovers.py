@@ -59,14 +59,6 @@ def run_folder_of(process: subprocess.Popen[str], root: Path, known: set[Path], 
 
 
 @pytest.fixture
-def runs_root() -> Iterator[Path]:
-    """A runs root the executors can traverse (pytest's tmp_path is private to root)."""
-    root = Path("/tmp") / f"berth-reap-test-{os.getpid()}"
-    yield root
-    subprocess.run(["rm", "-rf", str(root)], check=False)
-
-
-@pytest.fixture
 def descriptors(tmp_path: Path, runs_root: Path) -> Path:
     folder = tmp_path / "descriptors"
     folder.mkdir()

@@ -75,14 +75,6 @@ def wait_for_file(pattern: str, root: Path, process: subprocess.Popen[str], with
 
 
 @pytest.fixture
-def runs_root() -> Iterator[Path]:
-    """A runs root the executors can traverse (pytest's tmp_path is private to root)."""
-    root = Path("/tmp") / f"berth-uids-test-{os.getpid()}"
-    yield root
-    subprocess.run(["rm", "-rf", str(root)], check=False)
-
-
-@pytest.fixture
 def descriptors(tmp_path: Path, runs_root: Path) -> Path:
     folder = tmp_path / "descriptors"
     folder.mkdir()
