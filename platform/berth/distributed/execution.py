@@ -53,6 +53,8 @@ class QueuedTurnRunner:
         assert isinstance(storage, DistributedStorage)
         self.max_attempts = storage.max_turn_attempts
         """Attempts a turn gets before it is parked (``platform.storage.max_turn_attempts``)."""
+        self.last_attempts: set[str] = set()
+        """The turns this worker runs on their last attempt: while one runs, the worker claims no other turn."""
 
     async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere", "retry", "isolate"]:
         """Worker side: claim a queued turn and run it to its commit.
@@ -62,8 +64,9 @@ class QueuedTurnRunner:
         or took it over while it ran here because this process lost its owner lock): the entry is that process's to
         finish; ``retry`` when this attempt failed and the turn went back to the queue: the entry is left pending,
         so a worker takes it again after the lease, and nobody was told the turn failed; ``isolate`` when the turn's
-        next attempt is its last and this worker runs other turns: nothing changed, and the worker claims it again
-        once it runs nothing else (a last attempt runs alone, so no other turn dies with it).
+        next attempt is its last and this worker runs other turns, or this worker runs a turn's last attempt: nothing
+        changed, and the worker claims it again once it runs nothing else (a last attempt runs alone, both ways, so
+        no other turn dies with it).
 
         A turn another live process runs is left to it; a turn that has ended needs nothing (its event log is
         closed, should its worker have died between the commit and closing it). A turn whose worker died is
@@ -71,6 +74,8 @@ class QueuedTurnRunner:
         parks the turn (stored ``failed``, ``turn_poisoned``) and tells its clients so.
         """
         parts = self.distributed
+        if self.last_attempts:  # a last attempt runs alone both ways: nothing joins it either
+            return "isolate"
         alone = not self.services.turns  # the turns this process runs now
         try:
             claimed = await parts.claims.claim_turn(
@@ -98,11 +103,15 @@ class QueuedTurnRunner:
         if request.tenant_lease:
             await self.services.admission.adopt_lease(entry.scope.tenant, entry.turn_id)
         kept = True
+        last = self.max_attempts is not None and 2 <= claimed.attempt == self.max_attempts
+        if last:
+            self.last_attempts.add(entry.turn_id)
         try:
             kept = await self._run_claimed(entry, claimed.log, request, events)
         except _AttemptFailedError as failed:
             return await self._after_failed_attempt(entry, failed.error)
         finally:
+            self.last_attempts.discard(entry.turn_id)
             if request.tenant_lease and kept:
                 await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
         return "ran" if kept else "elsewhere"
