@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 from click.testing import CliRunner
 from helm_python.chart import Chart, lint
 from helm_python.errors import HelmError, HelmRenderError, HelmValuesError
+from prometheus_client.parser import text_string_to_metric_families
 
 from berth.cli import cli
 from berth.turns.metrics import Metrics
@@ -238,7 +238,9 @@ def test_the_validator_refuses_a_field_kubernetes_does_not_know(chart: Chart) ->
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("scenario", ["defaults", "bundled-postgresql-and-redis"])
+@pytest.mark.parametrize(
+    "scenario", ["defaults", "bundled-postgresql-and-redis", "scheduling-volumes-and-extra-containers"]
+)
 def test_helm_lint_finds_no_error(scenario: str) -> None:
     report = lint(CHART_DIR, SCENARIOS[scenario], strict=True, kube_version=f"v{KUBERNETES_VERSION}.0")
     errors = [message for message in report["messages"] if message["severity"] >= 3]
@@ -462,10 +464,10 @@ def test_an_hpa_without_a_metric_is_refused(chart: Chart) -> None:
     values = with_values(
         **{"worker.autoscaling.enabled": True, "worker.autoscaling.targetCPUUtilizationPercentage": ""}
     )
-    with pytest.raises(HelmRenderError, match="worker.autoscaling: no metric"):
+    with pytest.raises(HelmRenderError, match=r"worker\.autoscaling: no metric"):
         chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
     values = with_values(**{"api.autoscaling.enabled": True, "api.autoscaling.targetCPUUtilizationPercentage": ""})
-    with pytest.raises(HelmRenderError, match="api.autoscaling"):
+    with pytest.raises(HelmRenderError, match=r"api\.autoscaling: set targetCPU"):
         chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
 
 
@@ -574,7 +576,7 @@ def test_the_disruption_budgets_select_their_component_pods(chart: Chart) -> Non
 def test_a_budget_with_both_min_available_and_max_unavailable_is_refused(chart: Chart) -> None:
     values = with_values(**{"worker.podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}})
     with pytest.raises(
-        HelmRenderError, match="worker.podDisruptionBudget: set minAvailable or maxUnavailable, not both"
+        HelmRenderError, match=r"worker\.podDisruptionBudget: set minAvailable or maxUnavailable, not both"
     ):
         chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
 
@@ -623,6 +625,22 @@ def test_a_service_monitor_without_an_api_key_sends_no_authorization(chart: Char
     for name in ("api", "worker"):
         [endpoint] = the_one(manifests, "ServiceMonitor", name)["spec"]["endpoints"]
         assert "authorization" not in endpoint
+
+
+def notes(chart: Chart, values: dict[str, Any]) -> str:
+    rendered = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def test_the_notes_warn_when_scrapers_would_be_refused_for_want_of_an_api_key(chart: Chart) -> None:
+    warning = "WARNING: /metrics needs a global admin API key"
+    assert warning in notes(chart, with_values(**{"metrics.serviceMonitor.enabled": True}))
+    with_key = with_values(**{"metrics.serviceMonitor.enabled": True, "metrics.apiKeySecret.key": "metrics_api_key"})
+    assert warning not in notes(chart, with_key)
+    files = dict(chart.values["descriptors"]["files"])
+    files["assembly.yaml"] = files["assembly.yaml"].replace("platform:\n", "platform:\n  metrics: {access: open}\n", 1)
+    open_access = with_values(**{"worker.autoscaling.keda.enabled": True, "descriptors.files": files})
+    assert warning not in notes(chart, open_access)
 
 
 # --- scheduling, volumes and extra containers ---
@@ -717,6 +735,15 @@ def test_init_containers_and_sidecars_are_added_locked_down_unless_they_bring_a_
         ("worker.leaseSeconds", 0, "/worker/leaseSeconds"),
         ("descriptors.files", {"assembly.yml": "platform: {}"}, "/descriptors/files"),
         ("secrets.values", {"pg dsn": "postgresql://db/berth"}, "/secrets/values"),
+        ("api.autoscaling.targetCPUUtilizationPercentage", 0, "/api/autoscaling/targetCPUUtilizationPercentage"),
+        ("worker.autoscaling.keda.redis", {"address": "redis:6379"}, "/worker/autoscaling/keda"),
+        ("worker.autoscaling.keda.metricsUrl", "berth-api/metrics", "/worker/autoscaling/keda/metricsUrl"),
+        ("worker.topologySpreadConstraints", [{"maxSkew": 1}], "/worker/topologySpreadConstraints/0"),
+        ("api.extraVolumeMounts", [{"name": "ca"}], "/api/extraVolumeMounts/0"),
+        ("sidecars", [{"image": "envoy"}], "/sidecars/0"),
+        ("migrate.sidecars", [{"name": "proxy", "image": "envoy"}], "/migrate"),
+        ("metrics.serviceMonitor.interval", "30 seconds", "/metrics/serviceMonitor/interval"),
+        ("worker.podDisruptionBudget.maxUnavailable", -1, "/worker/podDisruptionBudget/maxUnavailable"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(chart: Chart, key: str, value: Any, path: str) -> None:
