@@ -248,7 +248,9 @@ def test_helm_lint_finds_no_error(scenario: str) -> None:
     assert report["errors"] == []
 
 
-@pytest.mark.parametrize("scenario", ["defaults", "ingress-pdb-and-api-policy", "bundled-postgresql-and-redis"])
+@pytest.mark.parametrize(
+    "scenario", ["defaults", "ingress-pdb-and-api-policy", "bundled-postgresql-and-redis", "service-monitors"]
+)
 def test_every_service_selects_the_pods_of_a_workload(chart: Chart, scenario: str) -> None:
     manifests = render(chart, SCENARIOS[scenario])
     pod_labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads(manifests)]
