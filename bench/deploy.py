@@ -142,9 +142,13 @@ def repository_copy(root: Path) -> Path:
         if source.is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
-    shutil.copytree(
-        REPOSITORY / "deploy" / "wheels", copy / "deploy" / "wheels", copy_function=os.link, dirs_exist_ok=True
-    )
+    for wheel in (REPOSITORY / "deploy" / "wheels").iterdir():
+        target = copy / "deploy" / "wheels" / wheel.name
+        if not target.exists():
+            try:
+                os.link(wheel, target)  # 90 MB: linked where the file system allows
+            except OSError:
+                shutil.copy2(wheel, target)
     return copy
 
 
