@@ -15,12 +15,6 @@ cases. So :class:`HeapGovernor`:
   turn, over a third of it in full passes that walked the in-flight turns again; freezing after generation-1
   passes too, 0.52 ms, with no full pass left to do (unfreezing and collecting after 1,200 turns then found
   32 objects: freezing earlier leaks next to nothing);
-* collects the youngest generation after :data:`YOUNG_THRESHOLD` net allocations instead of CPython's 700 (the
-  default of CPython 3.13 on): a turn's short-lived objects are then mostly freed by reference counting before a
-  pass walks them. Measured on ``bench/api_load.py`` (50 users, a collector timed by ``gc.callbacks``): 0.33-0.36
-  ms of collection per tool turn at 700 (393 young and 36 generation-1 passes in 6 s, the longest 8.8 ms) and
-  0.25 ms at 2,000 (81 and 7, the longest 10.1 ms); 5,000 and 10,000 saved little more (0.18-0.24 ms) for
-  pauses of 24 to 39 ms;
 * sweeps rarely (:data:`SWEEP_INTERVAL_S`): unfreezes everything and collects, so cyclic garbage formed by
   frozen objects (which reference counting alone cannot free) is reclaimed. Measured under full load: such
   garbage forms at ≈60 objects/s, and a sweep pauses for ≈0.4 s — once an hour.
@@ -40,7 +34,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHECK_INTERVAL_S", "FREEZE_AFTER_GENERATION", "SWEEP_INTERVAL_S", "YOUNG_THRESHOLD", "HeapGovernor"]
+__all__ = ["CHECK_INTERVAL_S", "FREEZE_AFTER_GENERATION", "SWEEP_INTERVAL_S", "HeapGovernor"]
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +44,6 @@ CHECK_INTERVAL_S = 1.0
 SWEEP_INTERVAL_S = 3600.0
 """How often everything is unfrozen and collected once."""
 
-
-YOUNG_THRESHOLD = 2000
-"""Net allocations of tracked objects that start a collection of the youngest generation while governed."""
 
 FREEZE_AFTER_GENERATION = 1
 """Survivors of a collection of this generation or an older one are frozen at once (see the module's text)."""
@@ -72,7 +63,6 @@ class HeapGovernor:
         *,
         sweep_interval_s: float = SWEEP_INTERVAL_S,
         freeze_after_generation: int = FREEZE_AFTER_GENERATION,
-        young_threshold: int = YOUNG_THRESHOLD,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._sweep_interval_s = sweep_interval_s
@@ -81,17 +71,11 @@ class HeapGovernor:
         self._last_sweep = clock()
         self._seen = full_collections()
         self._on_collection: Callable[[str, dict[str, Any]], None] | None = None
-        self._young_threshold = young_threshold
-        self._thresholds_before: tuple[int, int, int] | None = None
 
     def start(self) -> None:
         """Freeze the startup heap (after one full collection, so only live objects are frozen), then freeze
-        the survivors of every collection of an older generation as it ends, and collect the youngest generation
-        every ``young_threshold`` net allocations, for as long as this governor lives (or until :meth:`stop`)."""
-        if self._thresholds_before is None:
-            self._thresholds_before = gc.get_threshold()
-            _, older, oldest = self._thresholds_before
-            gc.set_threshold(self._young_threshold, older, oldest)
+        the survivors of every collection of an older generation as it ends, for as long as this governor
+        lives (or until :meth:`stop`)."""
         gc.collect()
         gc.freeze()
         self._seen = full_collections()
@@ -101,11 +85,7 @@ class HeapGovernor:
             gc.callbacks.append(self._on_collection)
 
     def stop(self) -> None:
-        """Stop freezing after collections (what is frozen stays frozen) and give the collector its thresholds
-        back."""
-        if self._thresholds_before is not None:
-            gc.set_threshold(*self._thresholds_before)
-            self._thresholds_before = None
+        """Stop freezing after collections (what is frozen stays frozen)."""
         if self._on_collection is not None:
             with contextlib.suppress(ValueError):
                 gc.callbacks.remove(self._on_collection)
