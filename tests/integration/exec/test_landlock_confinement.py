@@ -262,7 +262,7 @@ def test_doctor_says_landlock_is_in_force_and_what_it_confines() -> None:
     assert findings["Landlock"].detail.startswith(f"ABI {landlock_abi()}: confines files")
     assert "sockets but AF_UNIX refused" in findings["seccomp filter"].detail
     assert findings["isolation"].ok
-    assert findings["isolation"].detail.startswith("Landlock and seccomp on the host's namespaces")
+    assert findings["isolation"].detail.startswith("landlock (requested landlock): Landlock and seccomp on the host's")
     refused = {f.check: f for f in LocalBackend(isolation="landlock", landlock_min_abi=99).doctor()}
     assert not refused["Landlock"].ok
     assert not refused["isolation"].ok

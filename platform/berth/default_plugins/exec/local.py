@@ -303,11 +303,11 @@ class LocalBackend:
 
 
 ISOLATION_SUMMARY: Final = {
-    "bwrap": "bubblewrap: own user, network, pid and mount namespaces, a root of /usr only, seccomp",
+    "bwrap": "own user, network, pid and mount namespaces, a root of /usr only, seccomp",
     "landlock": "Landlock and seccomp on the host's namespaces{uid}: files beneath /usr, the program, work/ and out/ "
     "only; no TCP, UDP or signals outside the run",
-    "unshare": "unshare: own network and pid namespaces, but the host's file system stays visible to the program",
-    "none": "none: a plain subprocess, for trusted code only",
+    "unshare": "own network and pid namespaces, but the host's file system stays visible to the program",
+    "none": "a plain subprocess, for trusted code only",
 }
 
 
@@ -316,7 +316,7 @@ def isolation_finding(isolation: str, requested: str, minimum_abi: int) -> Docto
     uid = "" if os.geteuid() == 0 else f", the host's uid {os.getuid()}"
     summary = ISOLATION_SUMMARY[isolation].format(uid=uid)
     ok = isolation == "bwrap" or (isolation == "landlock" and landlock_refusal(minimum_abi) is None)
-    return DoctorFinding("isolation", ok, f"{summary} (requested {requested})")
+    return DoctorFinding("isolation", ok, f"{isolation} (requested {requested}): {summary}")
 
 
 def confinement_failure(stderr: Path) -> str | None:
