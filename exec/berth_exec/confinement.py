@@ -12,9 +12,11 @@ the confinement into the launch lines, after the limits::
     oom_score_adj 1000
 
 and the bootstrap, still one thread, applies it in that order: ``oom_score_adj`` (the kernel's OOM killer then picks
-the run's processes before the host's), Landlock (:mod:`berth_exec.landlock`, which sets ``no_new_privs``), then the
-seccomp filter. A step that fails ends the bootstrap with :data:`CONFINEMENT_FAILED` and one line on stderr
-starting with :data:`FAILURE_MARK`, before the program is even read: a run is never half confined.
+the run's processes before the host's), ``SIGKILL`` when the host's thread that started it ends (the host died: with
+no pid namespace nothing else would end the program), Landlock (:mod:`berth_exec.landlock`, which sets
+``no_new_privs``), then the seccomp filter. A step that fails ends the bootstrap with :data:`CONFINEMENT_FAILED`
+and one line on stderr starting with :data:`FAILURE_MARK`, before the program is even read: a run is never half
+confined.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ FAILURE_MARK = "berth_exec: the sandbox could not be confined: "
 RIGHTS = {"landlock_read": "READ", "landlock_write": "WRITE", "landlock_unlisted": "UNLISTED"}
 """The launch-line keys of Landlock rules and the :mod:`berth_exec.landlock` rights each grants."""
 PR_SET_SECCOMP = 22
+PR_SET_PDEATHSIG = 1
+SIGKILL = 9
 SECCOMP_MODE_FILTER = 2
 
 
@@ -75,11 +79,17 @@ class Confinement:
 
     def apply(self) -> None:
         """Confine this process (one thread) and all it starts; :class:`OSError` if any step fails."""
+        import ctypes
+
         from berth_exec import landlock
 
         if self.oom_score_adj is not None:
             with open("/proc/self/oom_score_adj", "w") as handle:  # raising it needs no privilege
                 handle.write(str(self.oom_score_adj))
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"parent death signal: {os.strerror(error)}")
         rules = {path: getattr(landlock, RIGHTS[key]) for key, path in self.rules}
         landlock.restrict_self(rules, minimum_abi=self.minimum_abi)
         if self.seccomp:

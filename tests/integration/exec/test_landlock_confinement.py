@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -285,3 +287,34 @@ def test_signals_from_the_host_still_end_the_run(machine: dict[str, Path]) -> No
     assert process.stdout.readline().strip() == "started"
     os.killpg(process.pid, signal.SIGKILL)
     assert process.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_the_run_dies_with_the_host_thread_that_started_it(machine: dict[str, Path]) -> None:
+    """With no pid namespace, the parent-death signal is what ends a run whose host died (SIGKILL, OOM)."""
+    folder = RunFolder(machine["run"])
+    folder.program.write_text("import time\ntime.sleep(60)\n")
+    confinement = run_confinement(folder, python=PYTHON, package=package_folder(), minimum_abi=FULL_ABI)
+    request = SandboxRequest("ex_this_run", "probe", folder, "token", ExecLimits(), SHARED_UID, SHARED_UID, False)
+    argv, env = LocalBackend(isolation="landlock", python=PYTHON).command(request, "landlock")
+    launch = launch_lines("token", str(folder.program), {}, confinement)
+    host_stand_in = (
+        "import subprocess, sys\n"
+        f"run = subprocess.Popen({argv!r}, stdin=subprocess.PIPE, env={env!r}, user={SHARED_UID}, "
+        f"group={SHARED_UID}, extra_groups=[], text=True)\n"
+        f"run.stdin.write({launch!r}); run.stdin.close()\n"
+        "print(run.pid, flush=True)\n"
+        "sys.stdin.read()\n"  # until the test says: then this host dies without waiting for its run
+    )
+    host = subprocess.Popen(
+        [sys.executable, "-c", host_stand_in], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert host.stdin is not None and host.stdout is not None
+    run_pid = int(host.stdout.readline())
+    run_ended = os.pidfd_open(run_pid)
+    try:
+        assert not select.select([run_ended], [], [], 0.5)[0]  # the run lives while its host does
+        host.kill()
+        host.wait()
+        assert select.select([run_ended], [], [], 10)[0], "the run outlived its host"
+    finally:
+        os.close(run_ended)
