@@ -149,7 +149,8 @@ def translate(manifests: list[dict[str, Any]], scratch: Path) -> PodRun:
         (kind, source), = volume.items()  # fmt: skip
         path = mount["mountPath"]
         if kind == "emptyDir":  # writable by the pod's uid and fsGroup, as the kubelet makes it
-            run.arguments += ["--tmpfs", f"{path}:rw,exec,uid={uid},gid={fs_group},size={source['sizeLimit']}"]
+            size = tmpfs_size(source["sizeLimit"])
+            run.arguments += ["--tmpfs", f"{path}:rw,exec,uid={uid},gid={fs_group},size={size}"]
             continue
         folder = scratch / mount["name"]
         folder.mkdir(mode=0o755)
@@ -167,6 +168,14 @@ def translate(manifests: list[dict[str, Any]], scratch: Path) -> PodRun:
         run.arguments += ["-v", f"{folder}:{path}:ro"]
         run.folders.append(folder)
     return run
+
+
+def tmpfs_size(quantity: str) -> str:
+    """A Kubernetes binary quantity (``4Gi``) as tmpfs's ``size`` (``4g``)."""
+    for suffix, unit in (("Ki", "k"), ("Mi", "m"), ("Gi", "g")):
+        if quantity.endswith(suffix):
+            return quantity.removesuffix(suffix) + unit
+    raise AssertionError(f"an emptyDir sizeLimit the test does not translate: {quantity}")
 
 
 @pytest.fixture(scope="module")
