@@ -228,6 +228,7 @@ def test_without_the_confinement_the_same_uid_reaches_all_of_it(
     allowed = {"tcp connect", "tcp bind", "udp socket", "abstract socket of the host", "setsid", "ptrace host"}
     assert {name for name in allowed if seen[name] == "allowed"} == allowed
     os.unlink(str(machine["secrets"]) + ".planted")
+    os.unlink("/tmp/berth-landlock-planted")
 
 
 def test_a_confinement_that_fails_ends_the_bootstrap_before_the_program(machine: dict[str, Path]) -> None:
