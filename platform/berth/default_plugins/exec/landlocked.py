@@ -55,6 +55,19 @@ OOM_SCORE_ADJ: Final = 1000
 """The run's processes are the OOM killer's first choice (a process may raise its own score without privilege)."""
 
 
+KERNEL_OF_ABI: Final = {1: "5.13", 2: "5.19", 3: "6.2", 4: "6.7", 5: "6.10", 6: "6.12", 7: "6.15"}
+"""The first Linux release of each Landlock ABI."""
+WHAT_EACH_ABI_ADDS: Final = {
+    1: "files",
+    2: "links and renames",
+    3: "truncation",
+    4: "TCP bind/connect",
+    5: "device ioctl",
+    6: "signals and abstract sockets",
+}
+"""What each Landlock ABI confines beyond the one before (7 adds logging only)."""
+
+
 def run_confinement(folder: RunFolder, *, python: str, package: Path, minimum_abi: int) -> Confinement:
     """What the bootstrap of the run in ``folder`` confines itself to (``python``: the interpreter it runs on;
     ``package``: the ``berth_exec`` folder it imports)."""
@@ -106,17 +119,6 @@ def landlock_refusal(minimum_abi: int) -> str | None:
         "system calls allowed by the container's seccomp profile); run `berth exec doctor`, or lower the profile's "
         "landlock_min_abi to accept a weaker confinement"
     )
-
-
-KERNEL_OF_ABI: Final = {1: "5.13", 2: "5.19", 3: "6.2", 4: "6.7", 5: "6.10", 6: "6.12", 7: "6.15"}
-WHAT_EACH_ABI_ADDS: Final = {
-    1: "files",
-    2: "links and renames",
-    3: "truncation",
-    4: "TCP bind/connect",
-    5: "device ioctl",
-    6: "signals and abstract sockets",
-}
 
 
 def landlock_findings(minimum_abi: int) -> list[DoctorFinding]:
