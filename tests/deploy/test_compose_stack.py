@@ -1,27 +1,24 @@
 """The deployed stack, for real: ``deploy/compose.yaml`` as it is, run by compose (Debian's ``docker-compose``, or
-``docker compose`` v2) with the images ``deploy/build-images`` makes. Only what no registry here can give is
-replaced, through the file's own variables: the PostgreSQL, Redis and moto images by local stand-ins
-(:mod:`stand_ins`), the model by the scripted one (the descriptors folder), and the secrets by test values.
+``docker compose`` v2) with the images ``deploy/build-images`` makes, built once and then again with every layer
+reused. Only what no registry here can give is replaced (:mod:`compose_kit`).
 
-Two workers (the file's ``BERTH_WORKERS``, kept by a plain ``up -d``); one turn goes through the API container, is
-run by a worker container, is persisted in the stack's PostgreSQL, and runs a program with ``exec.python`` in a
-sibling container the worker starts through the engine's socket; the file it writes is stored in the stack's S3
-store and served by the API. Then an API key added to the mounted ``gateway.yaml`` works without a restart.
+One stack (two workers, the file's ``BERTH_WORKERS``) serves the module, in order: a turn goes through the API
+container, is run by a worker container, is persisted in the stack's PostgreSQL, and runs a program with
+``exec.python`` in a sibling container the worker starts through the engine's socket; the file it writes is stored
+in the stack's S3 store and served by the API; an API key added to the mounted ``gateway.yaml`` works without a
+restart. Then the worker running a turn is killed (``kill -9``) after the turn announced its file: another worker
+finishes the turn and the file still downloads. Then PostgreSQL and Redis restart and every conversation takes a
+new turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import os
 import re
 import shutil
-import socket
 import subprocess
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,55 +27,35 @@ import docker  # type: ignore[import-untyped, unused-ignore]
 import httpx
 import pytest
 import yaml
+from compose_kit import (
+    API_KEY,
+    DEPLOY,
+    REPOSITORY,
+    ComposeStack,
+    compose_command,
+    follow,
+    kill_9,
+    prepare_folders,
+    stack_of,
+    until_ok,
+    worker_readiness,
+)
 from stand_ins import ensure_stand_ins
 
 from berth.config.environment import docker_host, running_in_ci
 
 pytestmark = [pytest.mark.deploy, pytest.mark.docker]
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-DEPLOY = REPOSITORY / "deploy"
-PG_PASSWORD = "stack-test-password"
-API_KEY = "acme-ops-dev-key"
-PROGRAM = """\
-import os, pathlib, socket
-pathlib.Path(os.environ["OUTPUT_DIR"], "report.txt").write_text(f"host={socket.gethostname()} uid={os.getuid()}")
-print("report written")
-"""
+REPORT = re.compile(r"host=[0-9a-f]{12} uid=10001")
 
 
-def script() -> dict[str, Any]:
-    call = {
-        "action": "call_tool",
-        "notes": "report",
-        "tool_call": {"tool_id": "exec.python", "params": {"purpose": "write the report", "outputs": ["report.txt"]}},
-    }
-    answer = '<channel:action>{"action": "complete"}</channel:action><channel:answer>Report ready.</channel:answer>'
-    return {
-        "by_round": True,
-        "responses": [
-            {"text": f"<channel:action>{json.dumps(call)}</channel:action><channel:code>{PROGRAM}</channel:code>"},
-            {"text": answer},
-        ],
-    }
-
-
-def compose_command() -> list[str]:
-    """Debian's docker-compose, else the docker CLI's compose plugin; skip (fail under CI) without either."""
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode == 0:
-        return ["docker", "compose"]
-    reason = "no compose: apt-get install docker-compose (.ci/run does)"
-    if running_in_ci():
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def build_images() -> tuple[str, str]:
+    built = subprocess.run(
+        [str(DEPLOY / "build-images")], cwd=REPOSITORY, capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    berth, exec_image = built.stdout.split()
+    return berth, exec_image
 
 
 @pytest.fixture(scope="module")
@@ -91,74 +68,19 @@ def engine() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def images() -> tuple[str, str]:
     """berth:latest and berth-exec:latest, built offline from the local base by the script operators use."""
-    built = subprocess.run(
-        [str(DEPLOY / "build-images")], cwd=REPOSITORY, capture_output=True, text=True, timeout=1800, check=False
-    )
-    assert built.returncode == 0, built.stderr[-4000:]
-    berth, exec_image = built.stdout.split()
-    return berth, exec_image
+    return build_images()
 
 
-class ComposeStack:
-    """One compose project of ``deploy/compose.yaml`` with its variables."""
-
-    def __init__(self, command: list[str], variables: dict[str, str]) -> None:
-        self.project = f"berthtest{uuid.uuid4().hex[:6]}"
-        self.command = [*command, "-p", self.project, "-f", str(DEPLOY / "compose.yaml")]
-        self.environment = {**os.environ, **variables}
-
-    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*self.command, *args], env=self.environment, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        assert done.returncode == 0, f"compose {' '.join(args)}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        return done
-
-    def psql(self, query: str) -> str:
-        return self.run("exec", "-T", "postgres", "psql", "-U", "berth", "-d", "berth", "-tAc", query).stdout.strip()
-
-    def containers(self, engine: Any, service: str) -> list[Any]:
-        labels = [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]
-        return list(engine.containers.list(all=True, filters={"label": labels}))
-
-
-@pytest.fixture
-def stack(images: tuple[str, str], engine: Any, tmp_path: Path) -> Iterator[ComposeStack]:
+@pytest.fixture(scope="module")
+def stack(images: tuple[str, str], engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
     command = compose_command()
-    stand_ins = ensure_stand_ins(engine)
-    descriptors = tmp_path / "descriptors"
-    shutil.copytree(DEPLOY / "compose" / "descriptors", descriptors)
-    assembly = yaml.safe_load((descriptors / "assembly.yaml").read_text())
-    assembly["platform"]["models"] = {
-        "default": {"provider": "scripted", "model": "/etc/berth/descriptors/script.yaml"}
-    }
-    assembly["platform"]["react"] = {"conversation_titles": False}
-    (descriptors / "assembly.yaml").write_text(yaml.safe_dump(assembly))
-    (descriptors / "script.yaml").write_text(yaml.safe_dump(script()))
-    secrets = tmp_path / "secrets"
-    shutil.copytree(DEPLOY / "compose" / "secrets.example", secrets)
-    (secrets / "pg_password").write_text(PG_PASSWORD)
-    (secrets / "pg_dsn").write_text(f"postgresql://berth:{PG_PASSWORD}@postgres:5432/berth")
-    for path in [tmp_path, descriptors, secrets, *descriptors.iterdir(), *secrets.iterdir()]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    # the same path inside the worker and on the host (sibling binds), short: a socket's path has 107 bytes at most
-    runs = Path(tempfile.mkdtemp(prefix="bx-", dir="/tmp"))
-    os.chown(runs, 10001, 10001)
-    socket_path = (docker_host() or "unix:///var/run/docker.sock").removeprefix("unix://")
-    running = ComposeStack(
-        command,
-        {
-            **stand_ins,
-            "BERTH_TAG": images[0].partition(":")[2],
-            "BERTH_WORKERS": "2",
-            "BERTH_PORT": str(free_port()),
-            "BERTH_DESCRIPTORS_DIR": str(descriptors),
-            "BERTH_SECRETS_DIR": str(secrets),
-            "BERTH_EXEC_RUNS": str(runs),
-            "DOCKER_SOCKET": socket_path,
-            "DOCKER_GID": str(os.stat(socket_path).st_gid),
-        },
-    )
+    if command is None:
+        reason = "no compose: apt-get install docker-compose (.ci/run does)"
+        if running_in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    folders = prepare_folders(tmp_path_factory.mktemp("stack"))
+    running = stack_of(command, images[0].partition(":")[2], ensure_stand_ins(engine), folders)
     try:
         running.run("up", "-d", timeout=900)
         yield running
@@ -166,42 +88,17 @@ def stack(images: tuple[str, str], engine: Any, tmp_path: Path) -> Iterator[Comp
         print(running.run("logs", "--tail", "60").stdout)
         raise
     finally:
-        subprocess.run([*running.command, "down", "-v", "--remove-orphans"], env=running.environment, check=False)
-        shutil.rmtree(runs, ignore_errors=True)
+        running.down()
+        shutil.rmtree(folders.runs, ignore_errors=True)
 
 
-async def until_ok(url: str, timeout_s: float = 180) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=5) as client:
-        while True:
-            try:
-                response = await client.get(url)
-                if response.status_code == 200:
-                    return dict(response.json())
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"{url} never answered 200"
-            await asyncio.sleep(0.25)
-
-
-async def follow(client: httpx.AsyncClient, events_url: str) -> list[tuple[str, dict[str, Any]]]:
-    """A turn's events (SSE) up to its end."""
-    events: list[tuple[str, dict[str, Any]]] = []
-    async with client.stream("GET", events_url, timeout=None) as response:
-        frame: dict[str, str] = {}
-        async for line in response.aiter_lines():
-            if line.startswith(":"):
-                continue
-            if line:
-                name, _, value = line.partition(": ")
-                frame[name] = value
-                continue
-            if frame.get("event"):
-                events.append((frame["event"], json.loads(frame.get("data", "{}"))))
-                if frame["event"] in ("turn.completed", "turn.failed"):
-                    break
-            frame = {}
-    return events
+def test_a_second_build_with_nothing_changed_reuses_every_layer(images: tuple[str, str], engine: Any) -> None:
+    """The same image IDs (no layer rebuilt, so nothing new), and no build leftover dangling."""
+    first = [engine.images.get(name).id for name in images]
+    assert build_images() == images
+    assert [engine.images.get(name).id for name in images] == first
+    leftovers = engine.images.list(filters={"dangling": True, "label": "org.berth.build-stage"})
+    assert leftovers == [], [image.id for image in leftovers]
 
 
 async def wait_healthy(containers: list[Any], timeout_s: float = 180) -> None:
@@ -213,22 +110,26 @@ async def wait_healthy(containers: list[Any], timeout_s: float = 180) -> None:
             container.reload()
 
 
-def worker_readiness(container: Any) -> dict[str, Any]:
-    probe = (
-        "import urllib.request; "
-        "print(urllib.request.urlopen('http://127.0.0.1:8001/readyz', timeout=4).read().decode())"
-    )
-    exit_code, output = container.exec_run(["python3", "-c", probe])
-    assert exit_code == 0, output
-    return dict(json.loads(output))
+def api(stack: ComposeStack, key: str = API_KEY) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=stack.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+async def start_turn(client: httpx.AsyncClient, conversation: str | None = None) -> tuple[str, dict[str, Any]]:
+    """A turn of the stack's script in ``conversation`` (a new one by default): its conversation and start body."""
+    if conversation is None:
+        created = await client.post("/v1/acme/ops/conversations", json={})
+        assert created.status_code == 201, created.text
+        conversation = str(created.json()["id"])
+    turn = await client.post(f"/v1/acme/ops/conversations/{conversation}/turns", json={"message": "report"})
+    assert turn.status_code == 202, turn.text
+    return conversation, dict(turn.json())
 
 
 async def test_a_turn_runs_through_the_compose_stack_with_exec_in_a_sibling_container(
     stack: ComposeStack, images: tuple[str, str], engine: Any
 ) -> None:
     _, exec_image = images
-    api_url = f"http://127.0.0.1:{stack.environment['BERTH_PORT']}"
-    ready = await until_ok(f"{api_url}/readyz")
+    ready = await until_ok(f"{stack.api_url}/readyz")
     assert {"postgres", "redis", "artifacts"} <= set(ready["checks"]["services"]), ready
     assert ready["checks"]["services"]["artifacts"]["detail"].startswith("s3: bucket "), ready
     workers = stack.containers(engine, "worker")
@@ -236,16 +137,10 @@ async def test_a_turn_runs_through_the_compose_stack_with_exec_in_a_sibling_cont
     await wait_healthy([*stack.containers(engine, "api"), *workers])  # the image's health check, per service
 
     started_at = int(time.time()) - 1
-    async with httpx.AsyncClient(
-        base_url=api_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30
-    ) as client:
-        created = await client.post("/v1/acme/ops/conversations", json={})
-        assert created.status_code == 201, created.text
-        conversation = created.json()["id"]
-        turn = await client.post(f"/v1/acme/ops/conversations/{conversation}/turns", json={"message": "report"})
-        assert turn.status_code == 202, turn.text
-        turn_id = turn.json()["turn_id"]
-        events = await asyncio.wait_for(follow(client, turn.json()["events_url"]), 180)
+    async with api(stack) as client:
+        conversation, turn = await start_turn(client)
+        turn_id = turn["turn_id"]
+        events = await asyncio.wait_for(follow(client, turn["events_url"]), 180)
         assert [kind for kind, _ in events][-1] == "turn.completed", events
         result = next(data for kind, data in events if kind == "tool.result" and data["tool_id"] == "exec.python")
         assert result["ok"], result
@@ -281,8 +176,72 @@ async def test_a_turn_runs_through_the_compose_stack_with_exec_in_a_sibling_cont
     )
     gateway_file.write_text(yaml.safe_dump(gateway))
     deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {new_key}"}, timeout=10) as added:
+    async with api(stack, new_key) as added:
         while (listed := await added.get("/v1/acme/ops/conversations")).status_code == 401:
             assert time.monotonic() < deadline, "the API never adopted the key added to gateway.yaml"
             await asyncio.sleep(0.25)
         assert listed.status_code == 200, listed.text
+
+
+async def test_a_worker_killed_mid_turn_is_taken_over_and_the_announced_file_still_downloads(
+    stack: ComposeStack, engine: Any
+) -> None:
+    await until_ok(f"{stack.api_url}/readyz")
+    async with api(stack) as client:
+        conversation, turn = await start_turn(client)
+        events: list[tuple[str, dict[str, Any]]] = []
+        following = asyncio.create_task(follow(client, turn["events_url"], events))
+        deadline = time.monotonic() + 120
+        # the program has run and its file is announced; the turn now waits on the model's second round
+        while not any(kind == "tool.result" for kind, _ in events):
+            assert time.monotonic() < deadline and not following.done(), events
+            await asyncio.sleep(0.05)
+        artifact = next(data for kind, data in events if kind == "artifact")
+        running = [
+            worker
+            for worker in stack.containers(engine, "worker")
+            if worker_readiness(worker)["checks"]["worker"]["running"]
+        ]
+        assert len(running) == 1, "one worker runs the turn"
+        kill_9(running[0])
+        assert not following.done(), "the turn ended before its worker was killed"
+
+        await asyncio.wait_for(following, 180)
+        assert events[-1][0] == "turn.completed", events[-8:]
+        assert events[-1][1]["answer"] == "Report ready.", events[-1]
+        served = await client.get(f"/v1/acme/ops/conversations/{conversation}/files/{artifact['path']}")
+        assert served.status_code == 200, served.text
+        assert REPORT.fullmatch(served.text), served.text
+    assert stack.psql(f"SELECT state FROM berth_turns WHERE turn_id='{turn['turn_id']}'") == "completed"
+
+
+async def test_every_conversation_takes_a_turn_after_postgres_and_redis_restart(stack: ComposeStack) -> None:
+    async with api(stack) as client:
+        await start_turn(client)  # at least one conversation, whichever tests ran before
+        before = (await client.get("/v1/acme/ops/conversations", params={"limit": 100})).json()["items"]
+        # every turn begun so far has ended before the restarts
+        for item in before:
+            deadline = time.monotonic() + 120
+            while (await client.get(f"/v1/acme/ops/conversations/{item['id']}")).json()["turns"][-1]["state"] in (
+                "accepted",
+                "running",
+            ):
+                assert time.monotonic() < deadline, item
+                await asyncio.sleep(0.25)
+
+        stack.run("restart", "postgres", "redis", timeout=300)
+        await until_ok(f"{stack.api_url}/readyz", timeout_s=180)
+
+        conversations = (await client.get("/v1/acme/ops/conversations", params={"limit": 100})).json()["items"]
+        assert {item["id"] for item in conversations} == {item["id"] for item in before}
+        started = [await start_turn(client, item["id"]) for item in conversations]
+        endings = await asyncio.wait_for(
+            asyncio.gather(*(follow(client, turn["events_url"]) for _, turn in started)), 240
+        )
+        for (conversation, _), events in zip(started, endings, strict=True):
+            assert events[-1][0] == "turn.completed", (conversation, events[-8:])
+            artifact = next(data for kind, data in events if kind == "artifact")
+            served = await client.get(f"/v1/acme/ops/conversations/{conversation}/files/{artifact['path']}")
+            assert served.status_code == 200, served.text
+            detail = (await client.get(f"/v1/acme/ops/conversations/{conversation}")).json()
+            assert len(detail["turns"]) >= 2, detail

@@ -2,7 +2,8 @@
 
 Helm runs in process (``helm-python-sdk``, Helm's Go SDK through ctypes: no ``helm`` binary, no cluster) and the
 manifests are checked offline against the Kubernetes JSON schemas ``kubernetes-validate`` ships. Custom resources
-(KEDA's ``ScaledObject``) have no schema there: their fields are asserted instead.
+(KEDA's ``ScaledObject`` and ``TriggerAuthentication``, the Prometheus Operator's ``ServiceMonitor``) have no schema
+there: their fields are asserted instead.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ import yaml
 from click.testing import CliRunner
 from helm_python.chart import Chart, lint
 from helm_python.errors import HelmError, HelmRenderError, HelmValuesError
+from prometheus_client.parser import text_string_to_metric_families
 
 from berth.cli import cli
+from berth.turns.metrics import Metrics
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "berth"
 KUBERNETES_VERSION = "1.31"
 RELEASE = "demo"
 NAMESPACE = "berth"
-CUSTOM_RESOURCE_GROUPS = ("keda.sh/",)
+CUSTOM_RESOURCE_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
 """API groups of custom resources: no schema in kubernetes-validate, their fields are asserted instead."""
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
 BERTH_COMPONENTS = ("api", "worker", "migrate")
@@ -41,7 +44,86 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "hpa-on-cpu-and-queue-depth": {"worker": {"autoscaling": {"enabled": True, "queueDepth": {"enabled": True}}}},
     "keda": {
         "redis": {"bundled": True, "persistence": {"enabled": True}},
-        "worker": {"autoscaling": {"keda": {"enabled": True}}},
+        "worker": {"autoscaling": {"keda": {"enabled": True, "minReplicas": 0}}},
+        "metrics": {"apiKeySecret": {"key": "metrics_api_key"}},
+    },
+    "api-and-worker-autoscaling-and-budgets": {
+        "api": {
+            "autoscaling": {
+                "enabled": True,
+                "targetMemoryUtilizationPercentage": 80,
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+            },
+            "podDisruptionBudget": {"enabled": True, "minAvailable": "", "maxUnavailable": "25%"},
+        },
+        "worker": {
+            "podDisruptionBudget": {"enabled": True},
+            "autoscaling": {
+                "enabled": True,
+                "targetCPUUtilizationPercentage": "",
+                "queueDepth": {"enabled": True, "selector": {"service": "{{ .Release.Name }}-berth-api"}},
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}},
+            },
+        },
+    },
+    "service-monitors": {
+        "metrics": {
+            "apiKeySecret": {"key": "metrics_api_key"},
+            "serviceMonitor": {
+                "enabled": True,
+                "labels": {"release": "kube-prometheus-stack"},
+                "interval": "15s",
+                "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "python_.*"}],
+            },
+        },
+        "networkPolicy": {"api": {"enabled": True}},
+    },
+    "scheduling-volumes-and-extra-containers": {
+        "nodeSelector": {"pool": "general"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "berth", "effect": "NoSchedule"}],
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+        ],
+        "priorityClassName": "berth",
+        "extraVolumes": [{"name": "corporate-ca", "configMap": {"name": "{{ .Release.Name }}-ca"}}],
+        "extraVolumeMounts": [{"name": "corporate-ca", "mountPath": "/etc/ssl/corporate", "readOnly": True}],
+        "initContainers": [{"name": "wait-for-dns", "image": "busybox:1.36", "command": ["nslookup", "kubernetes"]}],
+        "sidecars": [{"name": "log-shipper", "image": "fluent-bit:3", "args": ["--quiet"]}],
+        "worker": {
+            "nodeSelector": {"pool": "workers"},
+            "priorityClassName": "berth-workers",
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "podAffinityTerm": {
+                                "topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "{{ .Release.Name }}"}},
+                            },
+                        }
+                    ]
+                }
+            },
+            "extraVolumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}],
+            "extraVolumeMounts": [{"name": "models", "mountPath": "/var/lib/models", "readOnly": True}],
+            "sidecars": [
+                {
+                    "name": "proxy",
+                    "image": "envoy:1.31",
+                    "securityContext": {
+                        "runAsUser": 10002,
+                        "readOnlyRootFilesystem": True,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+        "migrate": {
+            "tolerations": [{"operator": "Exists"}],
+            "initContainers": [{"name": "check", "image": "busybox:1.36"}],
+        },
     },
     "ingress-pdb-and-api-policy": {
         "ingress": {
@@ -102,9 +184,10 @@ def pod_spec(workload: Manifest) -> Manifest:
 
 
 def container(workload: Manifest) -> Manifest:
+    """The workload's own container, named after its component (sidecars may run beside it)."""
     containers: list[Manifest] = pod_spec(workload)["containers"]
-    assert len(containers) == 1
-    return containers[0]
+    [own] = [each for each in containers if each["name"] == component(workload)]
+    return own
 
 
 def mount(workload: Manifest, path: str) -> tuple[Manifest, Manifest]:
@@ -155,7 +238,9 @@ def test_the_validator_refuses_a_field_kubernetes_does_not_know(chart: Chart) ->
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("scenario", ["defaults", "bundled-postgresql-and-redis"])
+@pytest.mark.parametrize(
+    "scenario", ["defaults", "bundled-postgresql-and-redis", "scheduling-volumes-and-extra-containers"]
+)
 def test_helm_lint_finds_no_error(scenario: str) -> None:
     report = lint(CHART_DIR, SCENARIOS[scenario], strict=True, kube_version=f"v{KUBERNETES_VERSION}.0")
     errors = [message for message in report["messages"] if message["severity"] >= 3]
@@ -163,7 +248,9 @@ def test_helm_lint_finds_no_error(scenario: str) -> None:
     assert report["errors"] == []
 
 
-@pytest.mark.parametrize("scenario", ["defaults", "ingress-pdb-and-api-policy", "bundled-postgresql-and-redis"])
+@pytest.mark.parametrize(
+    "scenario", ["defaults", "ingress-pdb-and-api-policy", "bundled-postgresql-and-redis", "service-monitors"]
+)
 def test_every_service_selects_the_pods_of_a_workload(chart: Chart, scenario: str) -> None:
     manifests = render(chart, SCENARIOS[scenario])
     pod_labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads(manifests)]
@@ -251,15 +338,22 @@ def test_the_worker_runs_berth_worker_with_its_health_port(chart: Chart) -> None
     assert pod_spec(deployment)["terminationGracePeriodSeconds"] == 60
 
 
-def test_migrate_runs_before_install_and_upgrade_with_its_own_hook_objects(chart: Chart) -> None:
-    manifests = render(chart)
+@pytest.mark.parametrize(
+    ("scenario", "events"),
+    [("defaults", "pre-install,pre-upgrade"), ("bundled-postgresql-and-redis", "post-install,pre-upgrade")],
+)
+def test_migrate_runs_as_a_hook_with_its_own_hook_objects_created_first(
+    chart: Chart, scenario: str, events: str
+) -> None:
+    manifests = render(chart, SCENARIOS[scenario])
     job = the_one(manifests, "Job", "migrate")
     annotations = job["metadata"]["annotations"]
     assert container(job)["args"] == ["migrate"]
-    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert annotations["helm.sh/hook"] == events
     assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {"before-hook-creation", "hook-succeeded"}
     assert job["spec"]["backoffLimit"] <= 3
-    # a pre-install hook runs before the release's own objects exist: what the Job uses must be hooks created first
+    # a pre-install hook runs before the release's own objects exist, a pre-upgrade hook before they are updated:
+    # what the Job uses must be hooks of the same events, created first (a lower weight) and replaced on a retry
     used = {
         ("ServiceAccount", pod_spec(job)["serviceAccountName"]),
         ("ConfigMap", mount(job, "/etc/berth/descriptors")[1]["configMap"]["name"]),
@@ -268,18 +362,34 @@ def test_migrate_runs_before_install_and_upgrade_with_its_own_hook_objects(chart
     for kind, name in used:
         [dependency] = [m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name]
         hook = dependency["metadata"].get("annotations", {})
-        assert hook.get("helm.sh/hook") == "pre-install,pre-upgrade", f"{kind} {name} is not a pre-install hook"
+        assert hook.get("helm.sh/hook") == events, f"{kind} {name} is not a hook of {events}"
         assert int(hook["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
+        assert "before-hook-creation" in hook["helm.sh/hook-delete-policy"]
 
 
-def test_with_a_bundled_postgresql_migrate_runs_after_install(chart: Chart) -> None:
-    job = the_one(render(chart, SCENARIOS["bundled-postgresql-and-redis"]), "Job", "migrate")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"
+def test_the_migration_hook_holds_the_same_descriptors_and_secrets_as_the_release(chart: Chart) -> None:
+    # with a generated PostgreSQL password too: the release's Secret and the hook's copy are rendered apart
+    manifests = render(chart, SCENARIOS["bundled-postgresql-and-redis"])
+    release_secret = next(m for m in manifests if m["kind"] == "Secret" and component(m) is None)
+    hook_secret = the_one(manifests, "Secret", "migrate")
+    assert secret_data(hook_secret) == secret_data(release_secret)
+    assert len(secret_data(hook_secret)["postgres_password"]) == 32
+    release_config = next(m for m in manifests if m["kind"] == "ConfigMap" and component(m) is None)
+    assert the_one(manifests, "ConfigMap", "migrate")["data"] == release_config["data"]
+
+
+def test_with_existing_objects_the_migration_uses_them(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["existing-secret-and-configmap"])
+    job = the_one(manifests, "Job", "migrate")
+    assert pod_spec(job)["serviceAccountName"] == "berth-prod"
+    assert mount(job, "/etc/berth/descriptors")[1]["configMap"]["name"] == "berth-prod-descriptors"
+    assert mount(job, "/run/secrets")[1]["secret"]["secretName"] == "berth-prod-secrets"
+    assert not [m for m in manifests if m["kind"] in ("Secret", "ConfigMap", "ServiceAccount")]
 
 
 def test_the_bundled_services_are_what_the_secret_points_at(chart: Chart) -> None:
     manifests = render(chart, SCENARIOS["bundled-postgresql-and-redis"])
-    [secret] = [m for m in manifests if m["kind"] == "Secret"]
+    [secret] = [m for m in manifests if m["kind"] == "Secret" and component(m) is None]
     data = secret_data(secret)
     postgresql = the_one(manifests, "StatefulSet", "postgresql")
     redis = the_one(manifests, "StatefulSet", "redis")
@@ -342,19 +452,87 @@ def test_the_hpa_scales_workers_on_cpu_and_on_the_queue_depth_when_asked(chart: 
     assert "replicas" not in worker["spec"], "a fixed replica count would fight the autoscaler"
 
 
-def test_keda_scales_workers_on_the_pending_turns_of_the_stream(chart: Chart) -> None:
+def test_the_hpa_follows_the_queue_depth_alone_with_a_selector_and_a_behavior(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["api-and-worker-autoscaling-and-budgets"])
+    hpa = the_one(manifests, "HorizontalPodAutoscaler", "worker")
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["type"] == "External"
+    api_service = the_one(manifests, "Service", "api")["metadata"]["name"]
+    assert metric["external"]["metric"]["selector"] == {"matchLabels": {"service": api_service}}
+    assert hpa["spec"]["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 600}}
+
+
+def test_an_hpa_without_a_metric_is_refused(chart: Chart) -> None:
+    values = with_values(
+        **{"worker.autoscaling.enabled": True, "worker.autoscaling.targetCPUUtilizationPercentage": ""}
+    )
+    with pytest.raises(HelmRenderError, match=r"worker\.autoscaling: no metric"):
+        chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
+    values = with_values(**{"api.autoscaling.enabled": True, "api.autoscaling.targetCPUUtilizationPercentage": ""})
+    with pytest.raises(HelmRenderError, match=r"api\.autoscaling: set targetCPU"):
+        chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_keda_scales_workers_on_the_queue_depth_the_api_reports(chart: Chart) -> None:
     manifests = render(chart, SCENARIOS["keda"])
     scaled = the_one(manifests, "ScaledObject", "worker")
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     assert scaled["spec"]["scaleTargetRef"]["name"] == the_one(manifests, "Deployment", "worker")["metadata"]["name"]
+    assert scaled["spec"]["minReplicaCount"] == 0
     [trigger] = scaled["spec"]["triggers"]
-    assert trigger["type"] == "redis-streams"
+    assert trigger["type"] == "metrics-api"
     metadata = trigger["metadata"]
-    assert metadata["stream"] == "berth:turns:stream"
-    assert metadata["consumerGroup"] == "workers"
-    assert int(metadata["pendingEntriesCount"]) >= 1
-    assert metadata["address"].startswith(the_one(manifests, "Service", "redis")["metadata"]["name"] + ".")
+    # the API Service, by its cluster DNS name (KEDA runs in its own namespace), on the Service's port
+    service = the_one(manifests, "Service", "api")
+    url = urlsplit(metadata["url"])
+    assert url.hostname == f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    assert url.port == service["spec"]["ports"][0]["port"]
+    assert url.path == "/metrics"
+    assert metadata["format"] == "prometheus"
+    assert float(metadata["targetValue"]) > 0
+    # scaling from zero: above the activation value KEDA starts a worker
+    assert float(metadata["activationTargetValue"]) == 0
+    # the admin key is sent as a Bearer token through a TriggerAuthentication naming the chart's Secret key
+    assert metadata["authMode"] == "bearer"
+    authentication = the_one(manifests, "TriggerAuthentication", "worker")
+    assert trigger["authenticationRef"] == {"name": authentication["metadata"]["name"]}
+    secret = next(m for m in manifests if m["kind"] == "Secret" and component(m) is None)
+    assert authentication["spec"]["secretTargetRef"] == [
+        {"parameter": "token", "name": secret["metadata"]["name"], "key": "metrics_api_key"}
+    ]
     assert not [m for m in manifests if m["kind"] == "HorizontalPodAutoscaler"]
+
+
+def test_the_queue_depth_autoscaling_reads_is_an_unlabelled_gauge_of_the_exposition(chart: Chart) -> None:
+    # KEDA's metrics-api trigger takes the first sample of the family named valueLocation; a labelled family would
+    # give one series' value only
+    metrics = Metrics()
+    metrics.turn_queue_depth.set(17)
+    families = {family.name: family for family in text_string_to_metric_families(metrics.render().decode())}
+    trigger = the_one(render(chart, SCENARIOS["keda"]), "ScaledObject", "worker")["spec"]["triggers"][0]
+    for name in (
+        trigger["metadata"]["valueLocation"],
+        chart.values["worker"]["autoscaling"]["queueDepth"]["metricName"],
+    ):
+        family = families[name]
+        assert family.type == "gauge"
+        assert [(sample.labels, sample.value) for sample in family.samples] == [({}, 17.0)]
+
+
+def test_keda_without_an_api_key_sends_none_and_a_trigger_authentication_of_your_own_is_used(chart: Chart) -> None:
+    manifests = render(chart, with_values(**{"worker.autoscaling.keda.enabled": True}))
+    trigger = the_one(manifests, "ScaledObject", "worker")["spec"]["triggers"][0]
+    assert "authMode" not in trigger["metadata"]
+    assert "authenticationRef" not in trigger
+    assert not [m for m in manifests if m["kind"] == "TriggerAuthentication"]
+    values = with_values(
+        **{"worker.autoscaling.keda.enabled": True, "worker.autoscaling.keda.authenticationRef": "berth-metrics"}
+    )
+    manifests = render(chart, values)
+    trigger = the_one(manifests, "ScaledObject", "worker")["spec"]["triggers"][0]
+    assert trigger["authenticationRef"] == {"name": "berth-metrics"}
+    assert trigger["metadata"]["authMode"] == "bearer"
+    assert not [m for m in manifests if m["kind"] == "TriggerAuthentication"]
 
 
 def test_hpa_and_keda_together_are_refused_naming_both(chart: Chart) -> None:
@@ -365,9 +543,185 @@ def test_hpa_and_keda_together_are_refused_naming_both(chart: Chart) -> None:
     assert "worker.autoscaling.keda.enabled" in str(refused.value)
 
 
-def test_keda_without_a_redis_address_is_refused(chart: Chart) -> None:
-    with pytest.raises(HelmRenderError, match=r"worker\.autoscaling\.keda\.redis\.address"):
-        chart.render(values=with_values(**{"worker.autoscaling.keda.enabled": True}), name=RELEASE)
+# --- API autoscaling and disruption budgets ---
+
+
+def test_the_api_hpa_scales_the_api_deployment_on_cpu_and_memory(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["api-and-worker-autoscaling-and-budgets"])
+    hpa = the_one(manifests, "HorizontalPodAutoscaler", "api")
+    api = the_one(manifests, "Deployment", "api")
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": api["metadata"]["name"],
+    }
+    targets = {m["resource"]["name"]: m["resource"]["target"]["averageUtilization"] for m in hpa["spec"]["metrics"]}
+    assert targets == {"cpu": 70, "memory": 80}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 10)
+    assert hpa["spec"]["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 300}}
+    assert "replicas" not in api["spec"], "a fixed replica count would fight the autoscaler"
+    assert the_one(render(chart), "Deployment", "api")["spec"]["replicas"] == 2
+
+
+def test_the_disruption_budgets_select_their_component_pods(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["api-and-worker-autoscaling-and-budgets"])
+    for name, budget in (("api", {"maxUnavailable": "25%"}), ("worker", {"maxUnavailable": 1})):
+        pdb = the_one(manifests, "PodDisruptionBudget", name)
+        spec = dict(pdb["spec"])
+        selector = spec.pop("selector")["matchLabels"]
+        assert spec == budget
+        pod_labels = the_one(manifests, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= pod_labels.items()
+    assert not [m for m in render(chart) if m["kind"] == "PodDisruptionBudget"]
+
+
+def test_a_budget_with_both_min_available_and_max_unavailable_is_refused(chart: Chart) -> None:
+    values = with_values(**{"worker.podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}})
+    with pytest.raises(
+        HelmRenderError, match=r"worker\.podDisruptionBudget: set minAvailable or maxUnavailable, not both"
+    ):
+        chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+# --- Prometheus ---
+
+
+def test_service_monitors_scrape_the_api_and_the_workers_metrics_with_the_api_key(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["service-monitors"])
+    secret = next(m for m in manifests if m["kind"] == "Secret" and component(m) is None)
+    for name, port in (("api", 8000), ("worker", 8001)):
+        monitor = the_one(manifests, "ServiceMonitor", name)
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["namespace"] == NAMESPACE
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+        # the Service it selects, of this component only, and its named port: the container port serving /metrics
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        [service] = [
+            m for m in manifests if m["kind"] == "Service" and selector.items() <= m["metadata"]["labels"].items()
+        ]
+        assert component(service) == name
+        [endpoint] = monitor["spec"]["endpoints"]
+        [service_port] = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+        pods = the_one(manifests, "Deployment", name)
+        assert service["spec"]["selector"].items() <= pods["spec"]["template"]["metadata"]["labels"].items()
+        [container_port] = [p for p in container(pods)["ports"] if p["name"] == service_port["targetPort"]]
+        assert container_port["containerPort"] == port
+        assert endpoint["path"] == "/metrics"
+        assert endpoint["interval"] == "15s"
+        assert endpoint["authorization"] == {
+            "type": "Bearer",
+            "credentials": {"name": secret["metadata"]["name"], "key": "metrics_api_key"},
+        }
+        assert endpoint["metricRelabelings"][0]["action"] == "drop"
+
+
+def test_without_service_monitors_the_workers_have_no_service(chart: Chart) -> None:
+    manifests = render(chart)
+    assert not [m for m in manifests if m["kind"] == "ServiceMonitor"]
+    assert [component(m) for m in manifests if m["kind"] == "Service"] == ["api"]
+
+
+def test_a_service_monitor_without_an_api_key_sends_no_authorization(chart: Chart) -> None:
+    manifests = render(chart, with_values(**{"metrics.serviceMonitor.enabled": True}))
+    for name in ("api", "worker"):
+        [endpoint] = the_one(manifests, "ServiceMonitor", name)["spec"]["endpoints"]
+        assert "authorization" not in endpoint
+
+
+def notes(chart: Chart, values: dict[str, Any]) -> str:
+    rendered = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def test_the_notes_warn_when_scrapers_would_be_refused_for_want_of_an_api_key(chart: Chart) -> None:
+    warning = "WARNING: /metrics needs a global admin API key"
+    assert warning in notes(chart, with_values(**{"metrics.serviceMonitor.enabled": True}))
+    with_key = with_values(**{"metrics.serviceMonitor.enabled": True, "metrics.apiKeySecret.key": "metrics_api_key"})
+    assert warning not in notes(chart, with_key)
+    files = dict(chart.values["descriptors"]["files"])
+    files["assembly.yaml"] = files["assembly.yaml"].replace("platform:\n", "platform:\n  metrics: {access: open}\n", 1)
+    open_access = with_values(**{"worker.autoscaling.keda.enabled": True, "descriptors.files": files})
+    assert warning not in notes(chart, open_access)
+
+
+# --- scheduling, volumes and extra containers ---
+
+
+def test_scheduling_is_the_global_one_unless_the_component_sets_its_own(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["scheduling-volumes-and-extra-containers"])
+    api = pod_spec(the_one(manifests, "Deployment", "api"))
+    worker = pod_spec(the_one(manifests, "Deployment", "worker"))
+    migrate = pod_spec(the_one(manifests, "Job", "migrate"))
+    assert api["nodeSelector"] == migrate["nodeSelector"] == {"pool": "general"}
+    assert worker["nodeSelector"] == {"pool": "workers"}
+    assert api["priorityClassName"] == migrate["priorityClassName"] == "berth"
+    assert worker["priorityClassName"] == "berth-workers"
+    assert (
+        api["tolerations"]
+        == worker["tolerations"]
+        == [{"key": "dedicated", "operator": "Equal", "value": "berth", "effect": "NoSchedule"}]
+    )
+    assert migrate["tolerations"] == [{"operator": "Exists"}]
+    assert "affinity" not in api
+    term = worker["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == {"app.kubernetes.io/instance": RELEASE}
+    assert "affinity" not in migrate
+
+
+def test_a_spread_constraint_without_a_selector_spreads_each_component_on_its_own(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["scheduling-volumes-and-extra-containers"])
+    for name in BERTH_COMPONENTS:
+        workload = the_one(manifests, "Job" if name == "migrate" else "Deployment", name)
+        [constraint] = pod_spec(workload)["topologySpreadConstraints"]
+        assert constraint["topologyKey"] == "topology.kubernetes.io/zone"
+        selector = {"app.kubernetes.io/name": "berth", "app.kubernetes.io/instance": RELEASE}
+        assert constraint["labelSelector"] == {"matchLabels": {**selector, "app.kubernetes.io/component": name}}
+        assert selector.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    given = {
+        "maxSkew": 2,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/part-of": "berth"}},
+    }
+    manifests = render(chart, with_values(**{"worker.topologySpreadConstraints": [given]}))
+    assert pod_spec(the_one(manifests, "Deployment", "worker"))["topologySpreadConstraints"] == [given]
+    assert "topologySpreadConstraints" not in pod_spec(the_one(manifests, "Deployment", "api"))
+
+
+def test_extra_volumes_and_mounts_are_added_global_first_with_templates_rendered(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["scheduling-volumes-and-extra-containers"])
+    for name in BERTH_COMPONENTS:
+        workload = the_one(manifests, "Job" if name == "migrate" else "Deployment", name)
+        mount_at, volume = mount(workload, "/etc/ssl/corporate")
+        assert mount_at["readOnly"] is True
+        assert volume["configMap"] == {"name": f"{RELEASE}-ca"}
+        # the chart's own mounts stay as they are
+        assert mount(workload, "/etc/berth/descriptors")[0]["readOnly"] is True
+    worker = the_one(manifests, "Deployment", "worker")
+    assert mount(worker, "/var/lib/models")[1]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    assert [v["name"] for v in pod_spec(worker)["volumes"]][-2:] == ["corporate-ca", "models"]
+    api = the_one(manifests, "Deployment", "api")
+    assert "models" not in {v["name"] for v in pod_spec(api)["volumes"]}
+
+
+def test_init_containers_and_sidecars_are_added_locked_down_unless_they_bring_a_context(chart: Chart) -> None:
+    manifests = render(chart, SCENARIOS["scheduling-volumes-and-extra-containers"])
+    locked_down = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    api = pod_spec(the_one(manifests, "Deployment", "api"))
+    worker = pod_spec(the_one(manifests, "Deployment", "worker"))
+    migrate = pod_spec(the_one(manifests, "Job", "migrate"))
+    # the Berth container stays first: the probes, kubectl exec and logs default to it
+    assert [c["name"] for c in api["containers"]] == ["api", "log-shipper"]
+    assert [c["name"] for c in worker["containers"]] == ["worker", "log-shipper", "proxy"]
+    assert [c["name"] for c in migrate["containers"]] == ["migrate"], "a sidecar would keep the Job from completing"
+    assert (
+        [c["name"] for c in api["initContainers"]] == [c["name"] for c in worker["initContainers"]] == ["wait-for-dns"]
+    )
+    assert [c["name"] for c in migrate["initContainers"]] == ["wait-for-dns", "check"]
+    assert api["containers"][1]["securityContext"] == locked_down
+    assert api["initContainers"][0]["securityContext"] == locked_down
+    assert worker["containers"][2]["securityContext"]["runAsUser"] == 10002
 
 
 # --- values are checked ---
@@ -383,6 +737,15 @@ def test_keda_without_a_redis_address_is_refused(chart: Chart) -> None:
         ("worker.leaseSeconds", 0, "/worker/leaseSeconds"),
         ("descriptors.files", {"assembly.yml": "platform: {}"}, "/descriptors/files"),
         ("secrets.values", {"pg dsn": "postgresql://db/berth"}, "/secrets/values"),
+        ("api.autoscaling.targetCPUUtilizationPercentage", 0, "/api/autoscaling/targetCPUUtilizationPercentage"),
+        ("worker.autoscaling.keda.redis", {"address": "redis:6379"}, "/worker/autoscaling/keda"),
+        ("worker.autoscaling.keda.metricsUrl", "berth-api/metrics", "/worker/autoscaling/keda/metricsUrl"),
+        ("worker.topologySpreadConstraints", [{"maxSkew": 1}], "/worker/topologySpreadConstraints/0"),
+        ("api.extraVolumeMounts", [{"name": "ca"}], "/api/extraVolumeMounts/0"),
+        ("sidecars", [{"image": "envoy"}], "/sidecars/0"),
+        ("migrate.sidecars", [{"name": "proxy", "image": "envoy"}], "/migrate"),
+        ("metrics.serviceMonitor.interval", "30 seconds", "/metrics/serviceMonitor/interval"),
+        ("worker.podDisruptionBudget.maxUnavailable", -1, "/worker/podDisruptionBudget/maxUnavailable"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(chart: Chart, key: str, value: Any, path: str) -> None:

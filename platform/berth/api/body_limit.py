@@ -1,25 +1,22 @@
 """Request body limits: ``gateway.yaml``'s ``max_body_bytes`` of the tenant a request is for, on every route.
 
-A pure ASGI middleware, so the limit holds before any route reads a byte: a declared ``Content-Length``
-over the limit is answered **413** at once; a body sent without one (chunked) is counted as it arrives, the
-read that crosses the limit fails (so no route stores anything), and the client gets the same 413
-``payload_too_large`` whatever the route made of the failed read.
+:class:`~berth.api.edge.EdgeMiddleware`, the app's one middleware layer, holds the limit before any route reads a
+byte: a declared ``Content-Length`` over the limit is answered **413** at once; a body sent without one (chunked)
+is counted as it arrives, the read that crosses the limit fails (so no route stores anything), and the client gets
+the same 413 ``payload_too_large`` whatever the route made of the failed read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from berth.api.errors import error_body
 from berth.config.models.gateway import GatewayDescriptor
 from berth.turns.errors import ServiceError
 
-__all__ = ["BodyLimitMiddleware", "tenant_of_path"]
+__all__ = ["NO_BODY", "BodyLimits", "content_length", "tenant_of_path", "too_large"]
 
-_NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods whose requests are not counted (they carry no body)."""
 
 
 def tenant_of_path(path: str) -> str | None:
@@ -30,16 +27,16 @@ def tenant_of_path(path: str) -> str | None:
     return None
 
 
-def _too_large(size: int, limit: int, *, declared: bool) -> ServiceError:
+def too_large(size: int, limit: int, *, declared: bool) -> ServiceError:
+    """The 413 ``payload_too_large`` error of a body that declares (or has more than) ``size`` bytes."""
     how = "declares" if declared else "has more than"
     return ServiceError(413, "payload_too_large", f"the request body {how} {size} bytes; the limit is {limit}")
 
 
-class BodyLimitMiddleware:
-    """Refuses request bodies over the tenant's ``limits.*.max_body_bytes`` (the default's elsewhere)."""
+class BodyLimits:
+    """The tenants' ``limits.*.max_body_bytes`` (the default's elsewhere), read from the host's current gateway."""
 
-    def __init__(self, app: ASGIApp, gateway: Callable[[], GatewayDescriptor | None]) -> None:
-        self.app = app
+    def __init__(self, gateway: Callable[[], GatewayDescriptor | None]) -> None:
         self._gateway = gateway
 
     def limit_for(self, path: str) -> int | None:
@@ -51,61 +48,10 @@ class BodyLimitMiddleware:
         limits = gateway.limits.for_tenant(tenant) if tenant is not None else gateway.limits.default
         return limits.max_body_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve the request with its body counted against the limit."""
-        if scope["type"] != "http" or scope["method"] in _NO_BODY:
-            await self.app(scope, receive, send)
-            return
-        limit = self.limit_for(scope["path"])
-        if limit is None:
-            await self.app(scope, receive, send)
-            return
-        declared = _content_length(scope)
-        if declared is not None and declared > limit:
-            error = _too_large(declared, limit, declared=True)
-            await JSONResponse(error_body(error.code, error.message), status_code=413)(scope, receive, send)
-            return
-        received = 0
-        overflowed = False
-        answered = False
 
-        async def counted() -> Message:
-            nonlocal received, overflowed
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    overflowed = True
-                    raise _too_large(limit, limit, declared=False)
-            return message
-
-        async def refuse() -> None:
-            nonlocal answered
-            answered = True
-            error = _too_large(limit, limit, declared=False)
-            await JSONResponse(error_body(error.code, error.message), status_code=413)(scope, receive, send)
-
-        async def guarded(message: Message) -> None:
-            # Whatever the app makes of the failed read (FastAPI answers "error parsing the body", 400), the
-            # client is told what happened: 413 payload_too_large.
-            nonlocal answered
-            if overflowed:
-                if not answered and message["type"] == "http.response.start":
-                    await refuse()
-                return
-            answered = answered or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted, guarded)
-        except Exception:
-            if not overflowed or answered:
-                raise
-            await refuse()
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
+def content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    """The request's declared ``Content-Length`` (None: none, or not a number)."""
+    for name, value in headers:
         if name == b"content-length":
             text = value.decode("latin-1").strip()
             return int(text) if text.isdigit() else None

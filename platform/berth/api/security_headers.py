@@ -13,15 +13,14 @@
   (its type is the sniffed one: :mod:`berth.api.downloads`).
 * Every other response gets ``X-Content-Type-Options: nosniff``.
 
-A pure ASGI middleware: it adds headers to the response start and touches nothing else.
+:class:`~berth.api.edge.EdgeMiddleware` adds them to the response start (replacing any of the same name) and
+touches nothing else.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Final
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 UI_POLICY: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
@@ -62,24 +61,9 @@ def headers_for(path: str) -> tuple[tuple[bytes, bytes], ...]:
     return OTHER_HEADERS
 
 
-class SecurityHeadersMiddleware:
-    """Adds :func:`headers_for`'s headers to every HTTP response (replacing any of the same name)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve the request; decorate the response's start."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        added = headers_for(scope["path"])
-        names = {name for name, _ in added}
-
-        async def decorated(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                kept = [(name, value) for name, value in message.get("headers", ()) if name.lower() not in names]
-                message = {**message, "headers": [*kept, *added]}
-            await send(message)
-
-        await self.app(scope, receive, decorated)
+def with_security_headers(
+    headers: list[tuple[bytes, bytes]], added: tuple[tuple[bytes, bytes], ...]
+) -> list[tuple[bytes, bytes]]:
+    """A response's ``headers`` with ``added`` (:func:`headers_for`) in place of any header of the same name."""
+    names = {name for name, _ in added}
+    return [*(header for header in headers if header[0].lower() not in names), *added]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from berth.api.body_limit import BodyLimitMiddleware, tenant_of_path
+from berth.api.body_limit import BodyLimits, tenant_of_path
 from berth.config.models.gateway import GatewayDescriptor
 
 
@@ -30,8 +30,8 @@ def test_a_tenant_override_applies_to_its_paths_and_the_default_elsewhere() -> N
     gateway = GatewayDescriptor.model_validate(
         {"limits": {"default": {"max_body_bytes": 1000}, "tenants": {"acme": {"max_body_bytes": 5000}}}}
     )
-    middleware = BodyLimitMiddleware(app=None, gateway=lambda: gateway)  # type: ignore[arg-type]
-    assert middleware.limit_for("/v1/acme/support/conversations") == 5000
-    assert middleware.limit_for("/v1/globex/research/conversations") == 1000
-    assert middleware.limit_for("/v1/admin/bundles/x/reload") == 1000
-    assert BodyLimitMiddleware(app=None, gateway=lambda: None).limit_for("/v1/acme/x") is None  # type: ignore[arg-type]
+    limits = BodyLimits(lambda: gateway)
+    assert limits.limit_for("/v1/acme/support/conversations") == 5000
+    assert limits.limit_for("/v1/globex/research/conversations") == 1000
+    assert limits.limit_for("/v1/admin/bundles/x/reload") == 1000
+    assert BodyLimits(lambda: None).limit_for("/v1/acme/x") is None

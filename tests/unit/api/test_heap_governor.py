@@ -91,9 +91,23 @@ def test_frozen_objects_are_still_freed_by_reference_counting() -> None:
     assert watched() is None
 
 
-@pytest.mark.parametrize(("generation", "frozen"), [(0, False), (1, True), (2, True)])
-def test_survivors_of_a_collection_past_the_young_one_are_frozen_as_it_ends(generation: int, frozen: bool) -> None:
+@pytest.mark.parametrize("generation", [0, 1, 2])
+def test_survivors_of_every_collection_are_frozen_as_it_ends(generation: int) -> None:
     governor = HeapGovernor(clock=Clock())
+    governor.start()
+    try:
+        survivors = [Node() for _ in range(100)]
+        before = gc.get_freeze_count()
+        gc.collect(generation)
+        assert gc.get_freeze_count() >= before + 100, "frozen by the collection itself, before any step"
+        del survivors
+    finally:
+        governor.stop()
+
+
+@pytest.mark.parametrize(("generation", "frozen"), [(0, False), (1, True), (2, True)])
+def test_a_governor_can_leave_the_young_passes_survivors_alone(generation: int, frozen: bool) -> None:
+    governor = HeapGovernor(clock=Clock(), freeze_after_generation=1)
     governor.start()
     try:
         survivors = [Node() for _ in range(100)]

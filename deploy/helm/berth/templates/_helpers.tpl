@@ -69,12 +69,13 @@ app.kubernetes.io/part-of: berth
 {{- end }}
 
 {{/*
-Whether the migration hook brings its own copies of the ServiceAccount, ConfigMap and Secret ("true" or ""): a
-pre-install hook runs before the release's own objects exist. With postgresql.bundled the migration runs after
-install instead (the database starts with the release), so it uses the release's objects.
+The hook events of the migration Job and of the copies of the ServiceAccount, ConfigMap and Secret it uses: before
+install and upgrade, or after install with postgresql.bundled (the database starts with the release). The Job always
+uses hook copies: a pre-install hook runs before the release's own objects exist, and a pre-upgrade hook before they
+are updated (the copies hold this release's descriptors and secrets, not the previous one's).
 */}}
-{{- define "berth.migrate.ownResources" -}}
-{{- if not .Values.postgresql.bundled }}true{{ end }}
+{{- define "berth.migrate.hookEvents" -}}
+{{- if .Values.postgresql.bundled }}post-install,pre-upgrade{{ else }}pre-install,pre-upgrade{{ end }}
 {{- end }}
 
 {{/* The pod security context every pod gets. */}}
@@ -165,23 +166,107 @@ annotations:
     sizeLimit: {{ .ctx.Values.scratch.homeSizeLimit }}
 {{- end }}
 
-{{/* What every Berth pod spec shares (scheduling, pull secrets). */}}
+{{/* What every Berth pod spec shares: the image pull secrets. */}}
 {{- define "berth.podScheduling" -}}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- end }}
+
+{{/*
+Where one component's pods run: (dict "ctx" $ "component" "api"). nodeSelector, tolerations, affinity,
+topologySpreadConstraints and priorityClassName of the component (api, worker, migrate) when set, else the global
+ones. A spread constraint without a labelSelector gets the component's selector labels, so one global constraint
+spreads each component's pods on its own.
+*/}}
+{{- define "berth.podPlacement" -}}
+{{- $global := .ctx.Values }}
+{{- $own := index .ctx.Values .component }}
+{{- with $own.nodeSelector | default $global.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $own.tolerations | default $global.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $own.affinity | default $global.affinity }}
 affinity:
-  {{- toYaml . | nindent 2 }}
+  {{- tpl (toYaml .) $.ctx | nindent 2 }}
+{{- end }}
+{{- with $own.topologySpreadConstraints | default $global.topologySpreadConstraints }}
+{{- $selector := include "berth.selectorLabels" (dict "ctx" $.ctx "component" $.component) | fromYaml }}
+{{- $constraints := list }}
+{{- range . }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- $constraints = append $constraints $constraint }}
+{{- end }}
+topologySpreadConstraints:
+  {{- toYaml $constraints | nindent 2 }}
+{{- end }}
+{{- with $own.priorityClassName | default $global.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Containers added to a Berth pod: (dict "ctx" $ "containers" <list>). Values may hold templates (rendered with tpl);
+a container without a securityContext gets the locked-down one every Berth container has.
+*/}}
+{{- define "berth.extraContainers" -}}
+{{- $containers := list }}
+{{- range .containers }}
+{{- $container := deepCopy . }}
+{{- if not (hasKey $container "securityContext") }}
+{{- $_ := set $container "securityContext" (include "berth.containerSecurityContext" $.ctx | fromYaml) }}
+{{- end }}
+{{- $containers = append $containers $container }}
+{{- end }}
+{{- with $containers }}
+{{- tpl (toYaml .) $.ctx }}
+{{- end }}
+{{- end }}
+
+{{/* The init containers of one component's pods (global initContainers, then the component's). */}}
+{{- define "berth.initContainers" -}}
+{{- $own := index .ctx.Values .component }}
+{{- $containers := concat (.ctx.Values.initContainers | default list) ($own.initContainers | default list) }}
+{{- with $containers }}
+initContainers:
+  {{- include "berth.extraContainers" (dict "ctx" $.ctx "containers" .) | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecars of the API or worker pods (global sidecars, then the component's), listed after the Berth container.
+The migration Job has none: a sidecar that keeps running would keep the Job from completing (a native sidecar, an
+init container with restartPolicy Always, can go in migrate.initContainers).
+*/}}
+{{- define "berth.sidecars" -}}
+{{- $own := index .ctx.Values .component }}
+{{- $containers := concat (.ctx.Values.sidecars | default list) ($own.sidecars | default list) }}
+{{- with $containers }}
+{{- include "berth.extraContainers" (dict "ctx" $.ctx "containers" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The extra volume mounts of one component's Berth container (global extraVolumeMounts, then the component's). */}}
+{{- define "berth.extraVolumeMounts" -}}
+{{- $own := index .ctx.Values .component }}
+{{- with concat (.ctx.Values.extraVolumeMounts | default list) ($own.extraVolumeMounts | default list) }}
+{{- tpl (toYaml .) $.ctx }}
+{{- end }}
+{{- end }}
+
+{{/* The extra volumes of one component's pods (global extraVolumes, then the component's). */}}
+{{- define "berth.extraVolumes" -}}
+{{- $own := index .ctx.Values .component }}
+{{- with concat (.ctx.Values.extraVolumes | default list) ($own.extraVolumes | default list) }}
+{{- tpl (toYaml .) $.ctx }}
 {{- end }}
 {{- end }}
 
@@ -195,18 +280,26 @@ affinity:
 
 {{/*
 The bundled PostgreSQL's password: postgresql.auth.password, else the one an earlier install stored in the Secret,
-else a new random one. Called once per render (by the Secret), so the DSN and the server agree.
+else a new random one. The release's Secret and the migration hook's copy both call it: a generated password is
+kept for the rest of the render (in a dict of the chart's own, .Values.__berthRender), so both hold the same.
 */}}
 {{- define "berth.postgresql.password" -}}
 {{- if .Values.postgresql.auth.password }}
 {{- .Values.postgresql.auth.password }}
 {{- else }}
+{{- if not (hasKey .Values "__berthRender") }}
+{{- $_ := set .Values "__berthRender" dict }}
+{{- end }}
+{{- $render := index .Values "__berthRender" }}
+{{- if not (hasKey $render "postgresPassword") }}
 {{- $existing := lookup "v1" "Secret" .Release.Namespace (include "berth.secretName" .) }}
 {{- if and $existing $existing.data (hasKey $existing.data "postgres_password") }}
-{{- index $existing.data "postgres_password" | b64dec }}
+{{- $_ := set $render "postgresPassword" (index $existing.data "postgres_password" | b64dec) }}
 {{- else }}
-{{- randAlphaNum 32 }}
+{{- $_ := set $render "postgresPassword" (randAlphaNum 32) }}
 {{- end }}
+{{- end }}
+{{- index $render "postgresPassword" }}
 {{- end }}
 {{- end }}
 
@@ -227,5 +320,67 @@ else a new random one. Called once per render (by the Secret), so the DSN and th
 {{- end }}
 {{- range $key, $value := $data }}
 {{ $key }}: {{ $value | b64enc | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+A PodDisruptionBudget of one component: (dict "ctx" $ "component" "worker"), from <component>.podDisruptionBudget:
+maxUnavailable when set, else minAvailable (Kubernetes takes one of them, so setting both is refused).
+*/}}
+{{- define "berth.podDisruptionBudget" -}}
+{{- $budget := (index .ctx.Values .component).podDisruptionBudget }}
+{{- $maxUnavailable := $budget.maxUnavailable | toString }}
+{{- $minAvailable := $budget.minAvailable | toString }}
+{{- if and (ne $maxUnavailable "") (ne $maxUnavailable "<nil>") (ne $minAvailable "") (ne $minAvailable "<nil>") }}
+{{- fail (printf "%s.podDisruptionBudget: set minAvailable or maxUnavailable, not both (set the other to \"\")" .component) }}
+{{- end }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "berth.componentName" (dict "ctx" .ctx "component" .component) }}
+  labels:
+    {{- include "berth.labels" (dict "ctx" .ctx "component" .component) | nindent 4 }}
+spec:
+  {{- if and (ne $maxUnavailable "") (ne $maxUnavailable "<nil>") }}
+  maxUnavailable: {{ $budget.maxUnavailable }}
+  {{- else }}
+  minAvailable: {{ required (printf "%s.podDisruptionBudget: set minAvailable or maxUnavailable" .component) $budget.minAvailable }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "berth.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 6 }}
+{{- end }}
+
+{{/*
+The Resource metrics of an autoscaling block (api.autoscaling, worker.autoscaling): the CPU and memory utilization
+targets, each left out when empty.
+*/}}
+{{- define "berth.resourceMetrics" -}}
+{{- with .targetCPUUtilizationPercentage }}
+- type: Resource
+  resource:
+    name: cpu
+    target:
+      type: Utilization
+      averageUtilization: {{ . }}
+{{- end }}
+{{- with .targetMemoryUtilizationPercentage }}
+- type: Resource
+  resource:
+    name: memory
+    target:
+      type: Utilization
+      averageUtilization: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret key holding the admin API key that Prometheus and KEDA send to /metrics, as (dict "name" … "key" …), or
+an empty dict when metrics.apiKeySecret.key is empty (platform.metrics.access: open).
+*/}}
+{{- define "berth.metricsApiKeyRef" -}}
+{{- with .Values.metrics.apiKeySecret.key }}
+name: {{ $.Values.metrics.apiKeySecret.name | default (include "berth.secretName" $) }}
+key: {{ . }}
 {{- end }}
 {{- end }}
