@@ -16,6 +16,9 @@ Arms:
   over the same Unix socket to the same in-process supervisor;
 * **local (bwrap)**: :class:`berth.execution.runs.ExecService` with the ``local`` backend: run folder, supervisor,
   bubblewrap sandbox with its own uid, limits, output collection, envelope.
+* **local (landlock)**: the same service and backend with ``isolation: landlock`` (the Helm chart's default: no
+  sandbox built around the executor, which confines itself with Landlock and seccomp), when the kernel has Landlock
+  ABI 6.
 
 * **docker split**: the same service with the ``docker`` backend (``berth-docker``): a fresh executor container
   per run (``--network none``, read-only root, no capabilities, limits), when a Docker engine answers on
@@ -34,8 +37,9 @@ bundle itself answers, from the descriptors the run was given.
 
 It prints median, min and max per arm (the machine is noisy) and the ratio to bare, then where a local run's
 time goes: the trivial program started ever closer to the full run, each step's median beside the one before
-(interpreter start alone, the bootstrap, bubblewrap's namespaces, the run's cgroups, the exec service's run folder
-and supervisor and output collection), and what a docker combined run adds to a split one (the supervisor's own
+(interpreter start alone, the bootstrap, bubblewrap's namespaces — or instead the bootstrap's Landlock and
+seccomp confinement —, the run's cgroups, the exec service's run folder and supervisor and output collection),
+and what a docker combined run adds to a split one (the supervisor's own
 start in the container: interpreter, imports of Berth, loading the bundle). The two arms that start a
 supervisor per run (combined, fargate) are timed ``--slow-runs`` times (default 5; 1 with ``--quick``). Targets:
 the local sandbox within 3x of the bare subprocess; docker split under 1.5 s.
@@ -64,6 +68,7 @@ from typing import Any
 from _machine import header
 
 from berth.config import Configuration
+from berth.default_plugins.exec.landlocked import landlock_abi, run_confinement
 from berth.default_plugins.exec.local import LocalBackend, bwrap_works, package_folder
 from berth.execution.limits import ExecLimits
 from berth.execution.payload import SupervisorScope, supervisor_scope_of
@@ -79,6 +84,7 @@ from berth.execution.sandbox import (
     SandboxRequest,
 )
 from berth.execution.supervisor import Supervisor
+from berth_exec.landlock import FULL_ABI
 from berth_exec.runner import launch_lines
 
 PYTHON = "/usr/bin/python3"
@@ -185,8 +191,9 @@ async def measure(runs: int, slow_runs: int, arms: dict[str, Arm]) -> list[tuple
 
 
 async def local_breakdown(runs: int) -> list[tuple[str, float, float]]:
-    """``(step, median ms, added over the step before)`` for the trivial program, from interpreter start alone to
-    the full local run; every step is timed ``runs`` times, steps interleaved."""
+    """``(step, median ms, added over the step it builds on)`` for the trivial program, from interpreter start alone
+    to the full local run, with bubblewrap and (where the kernel has it) with Landlock; every step is timed ``runs``
+    times, steps interleaved."""
     service = ExecService(root=Path(tempfile.gettempdir()) / f"berth-exec-bench-{os.getpid()}-steps")
     with tempfile.TemporaryDirectory() as scratch:
         program = Path(scratch) / "main.py"
@@ -196,32 +203,62 @@ async def local_breakdown(runs: int) -> list[tuple[str, float, float]]:
         sandbox = LocalBackend(isolation="bwrap", use_cgroups=False)
         bwrap_argv = bwrap_command(sandbox, program)
         bwrap_launch = launch_lines("bench", f"{SANDBOX_PROGRAM_DIR}/{PROGRAM_NAME}", ExecLimits().launch_limits())
-        steps: list[tuple[str, Callable[[], Awaitable[float]]]] = [
-            ("interpreter start (python3 -I -c pass)", lambda: timed_process([PYTHON, *EXECUTOR_FLAGS, "-c", "pass"])),
+        bootstrap_step = "+ executor bootstrap, the program"
+        # (label, the step it adds to, timed call)
+        steps: list[tuple[str, str, Callable[[], Awaitable[float]]]] = [
             (
-                "+ executor bootstrap, the program",
+                "interpreter start (python3 -I -c pass)",
+                "",
+                lambda: timed_process([PYTHON, *EXECUTOR_FLAGS, "-c", "pass"]),
+            ),
+            (
+                bootstrap_step,
+                "interpreter start (python3 -I -c pass)",
                 lambda: timed_process([PYTHON, *EXECUTOR_FLAGS, "-c", bootstrap], launch),
             ),
-            ("+ bubblewrap sandbox", lambda: timed_process(bwrap_argv, bwrap_launch.encode())),
-            ("+ run folder, uid, supervisor, outputs", lambda: sandboxed(service, Arm(sandbox), TRIVIAL, False)),
+            ("+ bubblewrap sandbox", bootstrap_step, lambda: timed_process(bwrap_argv, bwrap_launch.encode())),
+            (
+                "+ run folder, uid, supervisor, outputs",
+                "+ bubblewrap sandbox",
+                lambda: sandboxed(service, Arm(sandbox), TRIVIAL, False),
+            ),
             (
                 "+ cgroups (full local run)",
+                "+ run folder, uid, supervisor, outputs",
                 lambda: sandboxed(service, Arm(LocalBackend(isolation="bwrap")), TRIVIAL, False),
             ),
         ]
+        if landlock_abi() >= FULL_ABI:
+            folder = RunFolder(program.parent / "run")  # made by bwrap_command
+            confined = run_confinement(folder, python=PYTHON, package=package_folder(), minimum_abi=FULL_ABI)
+            limits = ExecLimits().launch_limits()
+            landlock_launch = launch_lines("bench", str(folder.program), limits, confined).encode()
+            plain_landlock = LocalBackend(isolation="landlock", use_cgroups=False)
+            steps += [
+                (
+                    "+ Landlock, seccomp (not bubblewrap)",
+                    bootstrap_step,
+                    lambda: timed_process([PYTHON, *EXECUTOR_FLAGS, "-c", bootstrap], landlock_launch),
+                ),
+                (
+                    "+ run folder, uid, supervisor, outputs (L)",
+                    "+ Landlock, seccomp (not bubblewrap)",
+                    lambda: sandboxed(service, Arm(plain_landlock), TRIVIAL, False),
+                ),
+                (
+                    "+ cgroups (full local landlock run)",
+                    "+ run folder, uid, supervisor, outputs (L)",
+                    lambda: sandboxed(service, Arm(LocalBackend(isolation="landlock")), TRIVIAL, False),
+                ),
+            ]
         times: dict[str, list[float]] = {}
-        for _, step in steps:
+        for _, _, step in steps:
             await step()
         for _ in range(runs):
-            for label, step in steps:
+            for label, _, step in steps:
                 times.setdefault(label, []).append(await step())
-    rows: list[tuple[str, float, float]] = []
-    before = 0.0
-    for label, _ in steps:
-        median = statistics.median(times[label]) * 1000
-        rows.append((label, median, median - before))
-        before = median
-    return rows
+    medians = {label: statistics.median(times[label]) * 1000 for label, _, _ in steps}
+    return [(label, medians[label], medians[label] - medians.get(base, 0.0)) for label, base, _ in steps]
 
 
 def bwrap_command(backend: LocalBackend, program: Path) -> list[str]:
@@ -255,6 +292,9 @@ def print_breakdown(steps: list[tuple[str, float, float]], rows: list[tuple[str,
     bare_ms = medians[("trivial", "bare subprocess")]
     local_ms = medians[("trivial", "local (bwrap)")]
     print(f"local over bare: +{local_ms - bare_ms:.1f} ms ({local_ms / bare_ms:.2f}x); target: 3x or +25 ms")
+    if ("trivial", "local (landlock)") in medians:
+        landlock_ms = medians[("trivial", "local (landlock)")]
+        print(f"local landlock over bwrap: {landlock_ms - local_ms:+.1f} ms ({landlock_ms / local_ms:.2f}x)")
     if ("trivial", "docker combined") in medians:
         added = medians[("trivial", "docker combined")] - medians[("trivial", "docker split")]
         print(
@@ -363,6 +403,8 @@ def main() -> None:
         print("skipped: the local sandbox needs root, bubblewrap and /usr/bin/python3 (see berth exec doctor)")
         return
     arms: dict[str, Arm] = {"local (bwrap)": Arm(LocalBackend(isolation="bwrap"))}
+    if landlock_abi() >= FULL_ABI:
+        arms["local (landlock)"] = Arm(LocalBackend(isolation="landlock"))
     arms |= docker_arms(options.docker_image)
     with contextlib.ExitStack() as stack:
         if "docker split" in arms:

@@ -9,7 +9,9 @@ The backend starts ``python3 -I`` with this module and writes the launch lines t
     limit processes 128
     limit file_size_bytes 67108864
 
-(plain lines, not JSON: a program's start-up should not pay for importing ``json`` and ``re``).
+(plain lines, not JSON: a program's start-up should not pay for importing ``json`` and ``re``). Where no sandbox
+was built around it (the ``local`` backend's ``landlock`` isolation) the lines also say what to confine itself to
+(:mod:`berth_exec.confinement`); it does so after the limits, before it reads the program.
 
 It lowers its own resource limits (a process may always lower them; the program can never raise them again),
 points :mod:`berth_exec.tools` at the supervisor's socket with the token, and runs the program as ``__main__``
@@ -25,6 +27,7 @@ import resource
 import sys
 
 from berth_exec import environment, tools
+from berth_exec.confinement import CONFINEMENT_FAILED, FAILURE_MARK, Confinement
 
 LIMITS = {
     "memory_bytes": resource.RLIMIT_AS,
@@ -51,12 +54,15 @@ def apply_limits(limits: dict[str, int]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def read_launch(lines: list[str]) -> tuple[str, str, dict[str, int]]:
-    """``(token, program, limits)`` from the launch lines."""
+def read_launch(lines: list[str]) -> tuple[str, str, dict[str, int], Confinement | None]:
+    """``(token, program, limits, confinement)`` from the launch lines (no confinement: a sandbox was built
+    around the bootstrap)."""
     token = program = ""
     limits: dict[str, int] = {}
+    confinement = Confinement()
+    confined = False
     for line in lines:
-        key, _, value = line.strip().partition(" ")
+        key, _, value = line.rstrip("\n").partition(" ")
         if key == "token":
             token = value
         elif key == "program":
@@ -64,22 +70,34 @@ def read_launch(lines: list[str]) -> tuple[str, str, dict[str, int]]:
         elif key == "limit":
             name, _, number = value.partition(" ")
             limits[name] = int(number)
+        else:
+            confined = confinement.read_line(key, value) or confined
     if not program:
         raise SystemExit("berth_exec.runner: the launch lines name no program")
-    return token, program, limits
+    return token, program, limits, confinement if confined else None
 
 
-def launch_lines(token: str, program: str, limits: dict[str, int]) -> str:
+def launch_lines(token: str, program: str, limits: dict[str, int], confinement: Confinement | None = None) -> str:
     """The launch lines :func:`read_launch` reads (what a backend writes to the bootstrap's stdin)."""
     lines = [f"token {token}", f"program {program}", *(f"limit {name} {value}" for name, value in limits.items())]
+    if confinement is not None:
+        lines += confinement.lines()
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    """Read the launch lines, apply the limits, connect the tools client, run the program."""
-    token, program, limits = read_launch(sys.stdin.readlines())
+    """Read the launch lines, apply the limits (and the confinement), connect the tools client, run the program."""
+    token, program, limits, confinement = read_launch(sys.stdin.readlines())
     sys.stdin.close()
     apply_limits(limits)
+    if confinement is not None:
+        try:
+            confinement.apply()
+        except OSError as error:
+            reason = (error.strerror or str(error)) + (f": {error.filename}" if error.filename else "")
+            sys.stderr.write(f"{FAILURE_MARK}{reason}\n")
+            sys.stderr.flush()
+            os._exit(CONFINEMENT_FAILED)
     environment.keep_documented_only()
     if os.getpid() == 1:
         run_under_init()

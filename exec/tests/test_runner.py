@@ -71,3 +71,43 @@ def test_a_raising_program_exits_1_with_its_own_traceback(tmp_path: Path) -> Non
 
 def test_sys_exit_code_is_the_exit_status(tmp_path: Path) -> None:
     assert run_program(tmp_path, "import sys\nsys.exit(7)\n").returncode == 7
+
+
+def test_the_confinement_travels_in_the_launch_lines_and_back() -> None:
+    from berth_exec.confinement import Confinement
+    from berth_exec.runner import read_launch
+
+    sent = Confinement(
+        [("landlock_read", "/usr"), ("landlock_write", "/runs/ex 1/work"), ("landlock_unlisted", "/dev/shm")],
+        minimum_abi=4,
+        seccomp=bytes(range(16)),
+        oom_score_adj=1000,
+    )
+    lines = launch_lines("a-token", "/runs/ex 1/program/main.py", {"cpu_s": 30}, sent).splitlines(keepends=True)
+    token, program, limits, received = read_launch(lines)
+    assert (token, program, limits) == ("a-token", "/runs/ex 1/program/main.py", {"cpu_s": 30})
+    assert received is not None
+    assert received.rules == sent.rules
+    assert (received.minimum_abi, received.seccomp, received.oom_score_adj) == (4, bytes(range(16)), 1000)
+    assert read_launch(launch_lines("t", "/p.py", {}).splitlines())[3] is None  # a sandbox was built around it
+
+
+def test_a_confinement_that_cannot_be_applied_ends_the_bootstrap_before_the_program(tmp_path: Path) -> None:
+    from berth_exec.confinement import CONFINEMENT_FAILED, FAILURE_MARK, Confinement
+
+    program = tmp_path / "main.py"
+    program.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\n")
+    launch = launch_lines(
+        "t", str(program), {}, Confinement([("landlock_read", str(tmp_path / "none"))], minimum_abi=1)
+    )
+    done = subprocess.run(
+        [PYTHON, "-I", "-B", "-u", "-c", BOOTSTRAP],
+        input=launch,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == CONFINEMENT_FAILED
+    assert done.stderr.startswith(FAILURE_MARK)
+    assert not (tmp_path / "ran").exists()

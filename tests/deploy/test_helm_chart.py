@@ -806,3 +806,19 @@ def test_the_default_descriptors_pass_berth_descriptors_check(chart: Chart, tmp_
     assert assembly["platform"]["storage"]["kind"] == "distributed"
     secrets = yaml.safe_load(files["secrets.yaml"])
     assert secrets == {name: f"file:/run/secrets/{name}" for name in ("pg_dsn", "redis_url", "anthropic_api_key")}
+
+
+def test_the_default_exec_profile_confines_runs_with_landlock_under_the_pods_own_context(chart: Chart) -> None:
+    """The chart's exec profile must run under the chart's own restricted security context: no user namespace, no
+    capability, no bubblewrap (``tests/deploy/test_chart_exec_sandbox.py`` runs it so)."""
+    exec_settings = yaml.safe_load(chart.values["descriptors"]["files"]["assembly.yaml"])["platform"]["exec"]
+    profile = exec_settings["profiles"][exec_settings["default_profile"]]
+    assert (profile["backend"], profile["isolation"]) == ("local", "landlock")
+    deployment = the_one(render(chart), "Deployment", "worker")
+    assert "runtimeClassName" not in pod_spec(deployment)
+
+
+def test_the_workers_can_run_under_a_runtime_class_of_their_own(chart: Chart) -> None:
+    manifests = render(chart, with_values(**{"worker.runtimeClassName": "kata"}))
+    assert pod_spec(the_one(manifests, "Deployment", "worker"))["runtimeClassName"] == "kata"
+    assert "runtimeClassName" not in pod_spec(the_one(manifests, "Deployment", "api"))

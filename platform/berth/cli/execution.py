@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from berth.cli.table import print_table
-from berth.config import Configuration
+from berth.config import Configuration, find_descriptors_dir
 from berth.execution.dispatch import ScopedToolDispatch
 from berth.execution.payload import supervisor_scope_of
 from berth.execution.profiles import ExecProfileError, Execution
@@ -30,7 +30,11 @@ def _execution(plugins: PlatformPlugins) -> Execution:
 
 @exec_group.command("run")
 @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--descriptors", type=click.Path(file_okay=False, path_type=Path), help="descriptor folder")
+@click.option(
+    "--descriptors",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="descriptor folder (default: $BERTH_DESCRIPTORS, then ./descriptors, then embedded defaults)",
+)
 @click.option("--profile", help="exec profile (default: platform.exec.default_profile)")
 @click.option("--bundle", "bundle_id", help="serve this bundle's tools to the program")
 @click.option("--tenant", help="the tenant whose settings, props and secrets the bundle's tools see")
@@ -61,7 +65,7 @@ def run_program(
     if bundle_id is not None and tenant is None:
         raise click.UsageError("--bundle needs --tenant and --project: its tools run in that scope")
     plugins = PlatformPlugins.discover()
-    config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
+    config = Configuration.load(find_descriptors_dir(descriptors), secret_providers=plugins.secret_providers())
     settings = config.settings_for(tenant, project)
     execution = _execution(plugins)
     execution.configure(config.settings_for().exec)  # the platform's runs root and uid lock folder
@@ -134,13 +138,17 @@ def _keeper(out_dir: Path) -> Callable[[str, bytes], str]:
 
 
 @exec_group.command("doctor")
-@click.option("--descriptors", type=click.Path(file_okay=False, path_type=Path), help="descriptor folder")
+@click.option(
+    "--descriptors",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="descriptor folder (default: $BERTH_DESCRIPTORS, then ./descriptors, then embedded defaults)",
+)
 def doctor(descriptors: Path | None) -> None:
     """Say for every configured exec profile which isolation this machine really gives, and what is missing.
 
     Exits 1 when any check is not met (0 when every one is)."""
     plugins = PlatformPlugins.discover()
-    config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
+    config = Configuration.load(find_descriptors_dir(descriptors), secret_providers=plugins.secret_providers())
     execution = _execution(plugins)
     exec_config = config.settings_for().exec
     rows = [["PROFILE", "BACKEND", "CHECK", "OK", "DETAIL"]]
@@ -163,7 +171,11 @@ def doctor(descriptors: Path | None) -> None:
 
 
 @exec_group.command("build-image")
-@click.option("--descriptors", type=click.Path(file_okay=False, path_type=Path), help="descriptor folder")
+@click.option(
+    "--descriptors",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="descriptor folder (default: $BERTH_DESCRIPTORS, then ./descriptors, then embedded defaults)",
+)
 @click.option("--profile", help="the exec profile whose image to build (default: the first that runs in an image)")
 @click.option("--base", default="berth-exec-base:offline", show_default=True, help="the image to build on")
 @click.option(
@@ -174,7 +186,7 @@ def doctor(descriptors: Path | None) -> None:
 def build_image(descriptors: Path | None, profile: str | None, base: str, context: Path | None) -> None:
     """Build the exec image of a profile (``exec/Dockerfile`` on BASE), showing the build's progress."""
     plugins = PlatformPlugins.discover()
-    config = Configuration.load(descriptors, secret_providers=plugins.secret_providers())
+    config = Configuration.load(find_descriptors_dir(descriptors), secret_providers=plugins.secret_providers())
     execution = _execution(plugins)
     exec_config = config.settings_for().exec
     names = [profile] if profile else sorted(exec_config.profiles)

@@ -14,6 +14,14 @@ profile. Modelled on Docker's default profile and Flatpak's, it
 * answers ``clone3`` with ``ENOSYS``: its flags sit in memory a filter cannot read, and glibc then falls back to
   ``clone``, whose flags it can;
 * allows everything else.
+
+Where the executor shares the host's network and session (the ``local`` backend's ``landlock`` isolation, which
+builds no namespace), :func:`filter_program` with ``shared_host=True`` also refuses with ``EPERM``
+
+* ``socket`` of any family but ``AF_UNIX``: no TCP, UDP, raw or netlink socket (Landlock governs TCP only), while
+  the supervisor's Unix socket and ``multiprocessing``'s pipes keep working;
+* ``setsid`` and ``setpgid``: every process of the run stays in the process group the host kills at the
+  wall-time limit (with no pid namespace of its own, a process that left it would outlive the run).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Final
 NR_OFFSET: Final = 0
 ARCH_OFFSET: Final = 4
 ARG0_LOW_OFFSET: Final = 16
+AF_UNIX: Final = 1
 
 BPF_LD_W_ABS: Final = 0x20
 BPF_JEQ_K: Final = 0x15
@@ -62,6 +71,8 @@ REFUSED: Final = (
     "settimeofday", "clock_settime",
 )  # fmt: skip
 """The syscalls the executor is refused with ``EPERM`` whatever their arguments."""
+REFUSED_SHARING_THE_HOST: Final = ("setsid", "setpgid")
+"""Refused as well where the executor shares the host's session (``filter_program(shared_host=True)``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +99,7 @@ X86_64: Final = Architecture(
         "open_by_handle_at": 304, "name_to_handle_at": 303,
         "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163, "syslog": 103, "quotactl": 179,
         "lookup_dcookie": 212, "vhangup": 153, "settimeofday": 164, "clock_settime": 227,
-        "clone": 56, "clone3": 435,
+        "clone": 56, "clone3": 435, "socket": 41, "setsid": 112, "setpgid": 109,
     },
     has_x32=True,
 )  # fmt: skip
@@ -106,7 +117,7 @@ AARCH64: Final = Architecture(
         "open_by_handle_at": 265, "name_to_handle_at": 264,
         "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89, "syslog": 116, "quotactl": 60,
         "lookup_dcookie": 18, "vhangup": 58, "settimeofday": 170, "clock_settime": 112,
-        "clone": 220, "clone3": 435,
+        "clone": 220, "clone3": 435, "socket": 198, "setsid": 157, "setpgid": 154,
     },
     has_x32=False,
 )  # fmt: skip
@@ -130,9 +141,11 @@ _Jump = str | int
 _Instruction = tuple[int, _Jump, _Jump, int]
 
 
-def filter_program(architecture: Architecture | None = None) -> bytes:
+def filter_program(architecture: Architecture | None = None, *, shared_host: bool = False) -> bytes:
     """The filter for ``architecture`` (default: this machine's) as packed ``struct sock_filter`` instructions,
-    the form bubblewrap's ``--seccomp`` reads and ``prctl(PR_SET_SECCOMP)`` takes."""
+    the form bubblewrap's ``--seccomp`` reads and ``prctl(PR_SET_SECCOMP)`` takes. ``shared_host``: the executor
+    has no network or pid namespace of its own, so sockets but ``AF_UNIX`` and leaving the process group are
+    refused too."""
     arch = architecture or host_architecture()
     numbers = arch.numbers
     code: list[_Instruction] = [
@@ -144,12 +157,20 @@ def filter_program(architecture: Architecture | None = None) -> bytes:
         code.append((BPF_JGE_K, "refuse", 0, X32_SYSCALL_BIT))
     code.append((BPF_JEQ_K, "clone", 0, numbers["clone"]))
     code.append((BPF_JEQ_K, "no_such_call", 0, numbers["clone3"]))
-    code += [(BPF_JEQ_K, "refuse", 0, numbers[name]) for name in REFUSED]
+    refused = [*REFUSED, *(REFUSED_SHARING_THE_HOST if shared_host else ())]
+    if shared_host:
+        code.append((BPF_JEQ_K, "socket", 0, numbers["socket"]))
+    code += [(BPF_JEQ_K, "refuse", 0, numbers[name]) for name in refused]
     code.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    labels = {"clone": len(code)}  # every jump goes forward: the clone check before the returns it reaches
+    labels = {"clone": len(code)}  # every jump goes forward: the argument checks before the returns they reach
     code.append((BPF_LD_W_ABS, 0, 0, ARG0_LOW_OFFSET))
     code.append((BPF_JSET_K, "refuse", 0, NAMESPACE_CLONE_FLAGS))
     code.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    if shared_host:
+        labels["socket"] = len(code)
+        code.append((BPF_LD_W_ABS, 0, 0, ARG0_LOW_OFFSET))  # the family: int, the low word of the first argument
+        code.append((BPF_JEQ_K, 0, "refuse", AF_UNIX))
+        code.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
     labels["refuse"] = len(code)
     code.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM))
     labels["no_such_call"] = len(code)
@@ -204,11 +225,13 @@ def installer(program: bytes) -> Callable[[], None]:
     return install
 
 
-def describe(architecture: Architecture | None = None) -> str:
+def describe(architecture: Architecture | None = None, *, shared_host: bool = False) -> str:
     """One line for ``berth exec doctor``: what the filter refuses."""
     arch = architecture or host_architecture()
+    refused = len(REFUSED) + (len(REFUSED_SHARING_THE_HOST) if shared_host else 0)
     return (
-        f"{arch.name}: {len(REFUSED)} syscalls refused (EPERM), clone with CLONE_NEW* refused, clone3 ENOSYS"
+        f"{arch.name}: {refused} syscalls refused (EPERM), clone with CLONE_NEW* refused, clone3 ENOSYS"
+        + (", sockets but AF_UNIX refused" if shared_host else "")
         + (", x32 refused" if arch.has_x32 else "")
         + ", other architectures killed"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,12 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from berth.default_plugins.exec.landlocked import landlock_abi
+from berth_exec.landlock import FULL_ABI
+
 pytestmark = pytest.mark.usefixtures("clean_berth_env")
 
 
-def berth(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def berth(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     executable = Path(sys.executable).parent / "berth"
-    return subprocess.run([str(executable), *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=120)
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [str(executable), *args], capture_output=True, text=True, cwd=cwd, env=environment, check=False, timeout=120
+    )
 
 
 @pytest.mark.sandbox
@@ -79,6 +86,20 @@ def test_doctor_reports_each_profiles_isolation(tmp_path: Path) -> None:
     assert "sandbox  local    isolation" in result.stdout
     assert "bwrap (requested auto)" in result.stdout
     assert "every check is met" in result.stderr
+
+
+@pytest.mark.skipif(landlock_abi() < FULL_ABI, reason=f"needs Landlock ABI {FULL_ABI} (Linux 6.12+)")
+def test_doctor_reads_the_descriptors_of_berth_descriptors_and_says_landlock_is_in_force(
+    tmp_path: Path, example_descriptors: Path
+) -> None:
+    """As in the chart's pod: no --descriptors, the folder from BERTH_DESCRIPTORS, a landlock profile."""
+    descriptors = _with_exec_lines(
+        example_descriptors, "    profiles:", "      confined: {backend: local, isolation: landlock}"
+    )
+    result = berth("exec", "doctor", cwd=tmp_path, env={"BERTH_DESCRIPTORS": str(descriptors)})
+    rows = [line for line in result.stdout.splitlines() if line.startswith("confined ")]
+    assert any("isolation" in row and "landlock (requested landlock): Landlock and seccomp" in row for row in rows)
+    assert any(" Landlock " in row for row in rows), result.stdout
 
 
 def _with_exec_lines(descriptors: Path, after: str, *lines: str) -> Path:

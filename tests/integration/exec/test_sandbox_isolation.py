@@ -1,7 +1,8 @@
 """The executor's isolation, proven with the attacks a model would write, against every sandbox backend.
 
-Each test runs a real program in the real sandbox (bubblewrap; a container of a real Docker engine, split and
-combined) and asserts on what the program could or could not do, as the envelope and its output report.
+Each test runs a real program in the real sandbox (bubblewrap; the Landlock-confined bootstrap; a container of a
+real Docker engine, split and combined) and asserts on what the program could or could not do, as the envelope
+and its output report.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class EchoTools:
 @pytest.fixture(
     params=[
         "local",
+        "local-landlock",
         pytest.param("docker-split", marks=pytest.mark.docker),
         pytest.param("docker-combined", marks=pytest.mark.docker),
     ]
@@ -61,6 +63,8 @@ class EchoTools:
 def backend(request: pytest.FixtureRequest) -> ExecBackend:
     if request.param == "local":
         return LocalBackend(isolation="bwrap")
+    if request.param == "local-landlock":
+        return LocalBackend(isolation="landlock")
     image = request.getfixturevalue("exec_image")
     if request.param == "docker-split":
         return DockerBackend(image=image, strategy="split")
@@ -79,6 +83,17 @@ def listener() -> Iterator[int]:
         server.bind(("127.0.0.1", 0))
         server.listen()
         yield int(server.getsockname()[1])
+
+
+def landlocked(backend: ExecBackend) -> bool:
+    """Whether ``backend`` confines the run with Landlock on the host's namespaces (no sandbox of its own)."""
+    return isinstance(backend, LocalBackend) and backend.isolation == "landlock"
+
+
+def run_folders(outcome: dict[str, str]) -> tuple[str, str]:
+    """The run's real ``work/`` and ``out/`` among the paths a probe tried (a Landlock run sees the host's paths)."""
+    tried = [path.rpartition("/")[0] for path in outcome]
+    return next(p for p in tried if p.endswith("/work")), next(p for p in tried if p.endswith("/out"))
 
 
 async def run(service: ExecService, backend: ExecBackend, code: str, **kwargs: Any) -> ExecRun:
@@ -126,7 +141,10 @@ async def test_no_network_not_even_the_hosts_loopback(
                 outcome[name] = "connected"
             except OSError as error:
                 outcome[name] = type(error).__name__
-        outcome["interfaces"] = [name for _, name in socket.if_nameindex()]
+        try:
+            outcome["interfaces"] = [name for _, name in socket.if_nameindex()]
+        except OSError as error:
+            outcome["interfaces"] = type(error).__name__
         print(json.dumps(outcome))
         """,
     )
@@ -134,7 +152,10 @@ async def test_no_network_not_even_the_hosts_loopback(
     assert outcome["api"] != "connected"
     assert outcome["public"] != "connected"
     assert outcome["dns"] != "connected"
-    assert outcome["interfaces"] == ["lo"]
+    if landlocked(backend):  # the host's network namespace, but no socket to see it with (netlink is refused too)
+        assert outcome["interfaces"] == "PermissionError"
+    else:
+        assert outcome["interfaces"] == ["lo"]
 
 
 async def test_no_secrets_in_the_environment_proc_or_files(
@@ -166,16 +187,21 @@ async def test_no_secrets_in_the_environment_proc_or_files(
                 seen["files"][path] = open(path).read()
             except OSError as error:
                 seen["files"][path] = type(error).__name__
-        print(json.dumps(seen))
+        with open(os.path.join(os.environ["OUTPUT_DIR"], "seen.json"), "w") as handle:  # more than stdout's tail
+            json.dump(seen, handle)
         """,
     )
-    seen = printed(result)
+    seen = json.loads(next(f.data for f in result.outputs if f.relative == "seen.json"))
     assert set(seen["environ"]) == {"WORKDIR", "OUTPUT_DIR", "EXECUTION_ID", "BUNDLE_ID"}  # exactly, nothing else
     everything = json.dumps(seen)
     for secret in ("sk-ant-secret-value-0001", "secret-value-0002", "secret-value-0003"):
         assert secret not in everything
     assert all(outcome in {"FileNotFoundError", "PermissionError"} for outcome in seen["files"].values()), seen["files"]
-    assert len([key for key in seen["proc"] if key.endswith("/cmdline")]) <= 3  # the sandbox's own processes only
+    if landlocked(backend):  # the host's pid namespace: it sees the processes, never what they hold
+        environments = {key: what for key, what in seen["proc"].items() if key.endswith("/environ")}
+        assert sum(what != "PermissionError" for what in environments.values()) <= 3  # the run's own processes
+    else:
+        assert len([key for key in seen["proc"] if key.endswith("/cmdline")]) <= 3  # the sandbox's own processes only
 
 
 async def test_writes_outside_work_and_out_fail(service: ExecService, backend: ExecBackend) -> None:
@@ -183,22 +209,28 @@ async def test_writes_outside_work_and_out_fail(service: ExecService, backend: E
         service,
         backend,
         """
-        import json, os
+        import json, os, sys
         outcome = {}
-        for path in ["/x", "/usr/x", "/tmp/x", "/opt/berth/x", "/workspace/program/x", "/dev/shm/x", "/proc/x",
-                     os.path.join(os.environ["WORKDIR"], "ok"), os.path.join(os.environ["OUTPUT_DIR"], "ok")]:
+        shared_memory = "/dev/shm/x-" + os.environ["EXECUTION_ID"]
+        for path in ["/x", "/usr/x", "/tmp/x", "/opt/berth/x", os.path.join(os.path.dirname(sys.argv[0]), "x"),
+                     shared_memory, "/proc/x", os.path.join(os.environ["WORKDIR"], "ok"),
+                     os.path.join(os.environ["OUTPUT_DIR"], "ok")]:
             try:
                 open(path, "w").write("x")
                 outcome[path] = "written"
             except OSError as error:
                 outcome[path] = type(error).__name__
+        if outcome[shared_memory] == "written":
+            os.remove(shared_memory)
         print(json.dumps(outcome))
         """,
     )
     outcome = printed(result)
-    written = sorted(path for path, what in outcome.items() if what == "written")
-    # /dev/shm is the run's own tmpfs (multiprocessing needs it), bounded and gone with the run
-    assert written == ["/dev/shm/x", "/workspace/out/ok", "/workspace/work/ok"], outcome
+    written = sorted(path.rpartition("/")[0] for path, what in outcome.items() if what == "written")
+    # /dev/shm is the run's own tmpfs (multiprocessing needs it), bounded and gone with the run; with Landlock, the
+    # machine's, where the run may use files whose name it knows but list none
+    work, out = ("/workspace/work", "/workspace/out") if not landlocked(backend) else run_folders(outcome)
+    assert written == sorted(["/dev/shm", out, work]), outcome
 
 
 @pytest.mark.parametrize(

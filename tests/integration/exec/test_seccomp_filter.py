@@ -60,3 +60,67 @@ def test_both_architectures_assemble_into_whole_instructions() -> None:
         program = filter_program(architecture)
         assert len(program) % 8 == 0
         assert architecture.audit_arch.to_bytes(4, "little") in program
+
+
+SHARING_CHILD = """
+import ctypes, errno, json, os, socket
+from berth.execution import seccomp
+
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+seccomp.installer(seccomp.filter_program(shared_host=True))()
+
+def attempt(action):
+    try:
+        action()
+        return "allowed"
+    except OSError as error:
+        return errno.errorcode[error.errno]
+
+def unix_pair():
+    left, right = socket.socketpair()
+    left.sendall(b"x")
+    assert right.recv(1) == b"x"
+
+seen = {
+    "tcp": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()),
+    "udp over ipv6": attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).close()),
+    "netlink": attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW).close()),
+    "unix": attempt(lambda: socket.socket(socket.AF_UNIX).close()),
+    "unix pair": attempt(unix_pair),
+    "setsid": attempt(os.setsid),
+    "setpgid": attempt(lambda: os.setpgid(0, 0)),
+}
+child = os.fork()
+if child == 0:
+    os._exit(7)
+seen["fork"] = os.WEXITSTATUS(os.waitpid(child, 0)[1])
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="the filter knows x86_64 and aarch64")
+def test_sharing_the_host_refuses_sockets_but_unix_and_leaving_the_process_group() -> None:
+    """The filter of the landlock isolation (no network or pid namespace of its own): no TCP, UDP or netlink
+    socket, no new session or process group; Unix sockets and forks work."""
+    done = subprocess.run(
+        [sys.executable, "-c", SHARING_CHILD], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "tcp": "EPERM",
+        "udp over ipv6": "EPERM",
+        "netlink": "EPERM",
+        "unix": "allowed",
+        "unix pair": "allowed",
+        "setsid": "EPERM",
+        "setpgid": "EPERM",
+        "fork": 7,
+    }
+
+
+def test_the_sharing_filter_assembles_on_both_architectures() -> None:
+    for architecture in (X86_64, AARCH64):
+        plain, sharing = filter_program(architecture), filter_program(architecture, shared_host=True)
+        assert len(sharing) % 8 == 0
+        assert len(sharing) == len(plain) + 6 * 8  # the socket check, its three instructions, setsid, setpgid

@@ -283,9 +283,18 @@ class LocalExecProfile(DescriptorModel):
     cpu_s: int = Field(60, gt=0)
     file_size_mb: int = Field(64, gt=0, description="the largest file (and stdout/stderr) a run may write")
     disk_mb: int = Field(512, gt=0, description="what work/ and out/ may hold together (a tmpfs per run)")
-    isolation: Literal["auto", "bwrap", "unshare", "none"] = Field(
+    isolation: Literal["auto", "bwrap", "landlock", "unshare", "none"] = Field(
         "auto",
-        description="auto: bubblewrap when it works, else unshare; none: a plain subprocess (trusted code only)",
+        description="auto: bubblewrap when it works, else landlock when the kernel has landlock_min_abi, else "
+        "unshare; landlock: the executor confines itself (Landlock, seccomp, rlimits), no privilege needed (a "
+        "restricted Kubernetes pod); none: a plain subprocess (trusted code only)",
+    )
+    landlock_min_abi: int = Field(
+        6,
+        ge=1,
+        description="the lowest Landlock ABI a landlock run starts under (6, Linux 6.12: files, TCP, signals and "
+        "abstract sockets); on an older kernel runs are refused, unless lowered to accept less (4: no signal "
+        "scoping; 1: files only)",
     )
     python: str = Field("/usr/bin/python3", description="the interpreter inside the sandbox")
     cgroups: bool = Field(True, description="cgroup v1 limits (memory of all processes, pids, CPU) where writable")

@@ -12,9 +12,17 @@ Isolation, strongest available first (``isolation`` of the profile; ``auto`` pic
   it is killed. The program can create no user namespace of its own (``--disable-userns``) and runs under the
   executor's seccomp filter (``--seccomp``, :mod:`berth.execution.seccomp`): no mounts, namespaces, ptrace,
   keyring, bpf, io_uring, kernel modules …
-* ``unshare``: when bubblewrap is missing, ``unshare --net --pid --fork --mount-proc`` with the same uid drop:
-  no network and a private ``/proc``, but the host's file system stays visible (read-only where the uid lacks
-  rights). Weaker, and ``berth exec doctor`` says so.
+* ``landlock``: where no sandbox can be built around the executor (no user namespace, no bubblewrap: a Kubernetes
+  pod under a restricted security context), the executor bootstrap confines itself before the program runs:
+  Landlock (only ``/usr``, the program, ``work/`` and ``out/`` … reachable; no TCP; no signal or abstract socket
+  outside the run), Berth's seccomp filter (no socket but ``AF_UNIX``, no leaving the process group) and the
+  rlimits (:mod:`berth.default_plugins.exec.landlocked`). It needs no privilege, only a kernel with Landlock ABI
+  ``landlock_min_abi`` (6: Linux 6.12) or later; below it every run is refused (``sandbox_failed``), never run
+  less confined. The run shares the host's pid and network namespaces (it sees the host's processes in ``/proc``
+  and its interfaces, and can reach neither) and, where the host is not root, its uid.
+* ``unshare``: when bubblewrap and Landlock are both missing, ``unshare --net --pid --fork --mount-proc`` with the
+  same uid drop: no network and a private ``/proc``, but the host's file system stays visible (read-only where the
+  uid lacks rights). Weaker, and ``berth exec doctor`` says so.
 * ``none``: a plain subprocess with the uid drop and the limits, only when a profile asks for it explicitly;
   the host warns at start-up.
 
@@ -41,6 +49,14 @@ from typing import Any, Final, Literal
 
 import berth_exec
 from berth.default_plugins.exec.cgroups import RunCgroup, cgroups_writable, remove_empty_cgroups
+from berth.default_plugins.exec.landlocked import (
+    MINIMUM_ABI,
+    landlock_abi,
+    landlock_findings,
+    landlock_refusal,
+    run_confinement,
+    tasks_of_uid,
+)
 from berth.execution.limits import MIB
 from berth.execution.quota import quota_finding
 from berth.execution.sandbox import (
@@ -61,12 +77,13 @@ from berth.execution.sandbox import (
 from berth.execution.seccomp import SeccompUnsupportedError, describe, filter_program, program_pipe
 from berth.execution.waits import process_exit
 from berth.hooks import hookimpl
+from berth_exec.confinement import CONFINEMENT_FAILED, FAILURE_MARK
 from berth_exec.runner import launch_lines
 
 logger = logging.getLogger(__name__)
 
 BACKEND_NAME: Final = "local"
-Isolation = Literal["auto", "bwrap", "unshare", "none"]
+Isolation = Literal["auto", "bwrap", "landlock", "unshare", "none"]
 USR_LINKS: Final = ("bin", "sbin", "lib", "lib64")
 """Top-level folders that are links into ``/usr`` on a merged-usr system."""
 NPROC_ABOVE_PIDS_MAX: Final = 8
@@ -84,27 +101,37 @@ class LocalBackend:
     name = BACKEND_NAME
 
     def __init__(
-        self, *, isolation: Isolation = "auto", python: str = "/usr/bin/python3", use_cgroups: bool = True
+        self,
+        *,
+        isolation: Isolation = "auto",
+        python: str = "/usr/bin/python3",
+        use_cgroups: bool = True,
+        landlock_min_abi: int = MINIMUM_ABI,
     ) -> None:
         self.requested = isolation
         self.python = python
         self.use_cgroups = use_cgroups and os.geteuid() == 0
+        self.landlock_min_abi = landlock_min_abi
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any]) -> LocalBackend:
-        """Build from a ``local`` profile's options (``isolation``, ``python``)."""
+        """Build from a ``local`` profile's options (``isolation``, ``python``, ``cgroups``, ``landlock_min_abi``)."""
         return cls(
             isolation=profile.get("isolation", "auto"),
             python=profile.get("python", "/usr/bin/python3"),
             use_cgroups=profile.get("cgroups", True),
+            landlock_min_abi=profile.get("landlock_min_abi", MINIMUM_ABI),
         )
 
     @property
     def isolation(self) -> str:
-        """The isolation runs really get here: the requested one, or for ``auto`` the strongest available."""
+        """The isolation runs really get here: the requested one, or for ``auto`` the strongest available
+        (bubblewrap, then Landlock at the profile's ABI, then ``unshare``)."""
         if self.requested != "auto":
             return self.requested
-        return "bwrap" if bwrap_works() else "unshare"
+        if bwrap_works():
+            return "bwrap"
+        return "landlock" if landlock_abi() >= self.landlock_min_abi else "unshare"
 
     async def run(self, request: SandboxRequest) -> SandboxOutcome:
         """Run the program; on timeout kill its process group (the sandbox's pid namespace goes with it).
@@ -114,6 +141,9 @@ class LocalBackend:
         run) and not in a pool's thread (held for the run's life, it starved the pool when many runs were in flight).
         """
         isolation = self.isolation
+        refusal = landlock_refusal(self.landlock_min_abi) if isolation == "landlock" else None
+        if refusal is not None:  # refused, never run less confined than the profile says
+            return SandboxOutcome(None, None, False, 0.0, isolation, failure=refusal)
         seccomp_fd = program_pipe(filter_program()) if isolation == "bwrap" else None
         try:
             argv, env = self.command(request, isolation, seccomp_fd)
@@ -161,7 +191,14 @@ class LocalBackend:
             # pids.max binds first and counts every refused fork (pids.events), so a hit the program caught is
             # still reported; RLIMIT_NPROC stays a little above it as the backstop.
             launch_limits["processes"] += NPROC_ABOVE_PIDS_MAX
-        launch = launch_lines(request.token, program, launch_limits).encode()
+        confinement = None
+        if isolation == "landlock":
+            confinement = run_confinement(
+                folder, python=self.python, package=package_folder(), minimum_abi=self.landlock_min_abi
+            )
+            if not _owns_uids():  # RLIMIT_NPROC counts every task of the uid, the host's and other runs' too
+                launch_limits["processes"] += await asyncio.to_thread(tasks_of_uid, request.uid)
+        launch = launch_lines(request.token, program, launch_limits, confinement).encode()
         started = time.monotonic()
         try:
             process = await asyncio.to_thread(_start, argv, env, request, launch, seccomp_fd)
@@ -180,6 +217,10 @@ class LocalBackend:
             raise
         duration = time.monotonic() - started
         exit_code, killed_by = _decode_status(returncode)
+        if confinement is not None and exit_code == CONFINEMENT_FAILED:
+            failure = confinement_failure(folder.logs / "stderr")
+            if failure is not None:
+                return SandboxOutcome(None, None, False, duration, isolation, failure=failure)
         return SandboxOutcome(exit_code, killed_by, timed_out, duration, isolation)
 
     def command(
@@ -206,7 +247,7 @@ class LocalBackend:
                 argv += ["--setenv", key, value]
             argv += ["--chdir", SANDBOX_WORKDIR, "--", *python]
             return argv, {}
-        # unshare and none see the host's paths: point the variables at the real folders.
+        # landlock, unshare and none see the host's paths: point the variables at the real folders.
         visible = executor_environment(
             request.exec_id,
             request.bundle_id,
@@ -222,18 +263,32 @@ class LocalBackend:
         return python, visible
 
     def doctor(self) -> list[DoctorFinding]:
-        """Whether bubblewrap runs here, and which isolation ``auto`` therefore gives."""
+        """Which isolation runs get here (``auto``: the strongest that works) and what it needs: bubblewrap and root
+        for ``bwrap``, a Landlock ABI for ``landlock``; the sandbox's Python, cgroups and the disk quota."""
+        isolation = self.isolation
         findings = [
-            DoctorFinding("running as root", os.geteuid() == 0, "needed to switch the executor to its own uid"),
-            DoctorFinding("bubblewrap installed", shutil.which("bwrap") is not None, "apt-get install bubblewrap"),
-        ]
-        if shutil.which("bwrap"):
-            findings.append(
-                DoctorFinding(
-                    "bubblewrap sandbox starts", bwrap_works(), "unprivileged user namespaces must be allowed"
-                )
+            DoctorFinding(
+                "running as root",
+                os.geteuid() == 0 or isolation == "landlock",
+                "a uid of its own for each run"
+                if os.geteuid() == 0
+                else f"not root: runs share this process's uid {os.getuid()}"
+                + (", separated from it by Landlock and seccomp" if isolation == "landlock" else ""),
             )
-            findings.append(seccomp_finding())
+        ]
+        if isolation in ("bwrap", "unshare"):
+            findings.append(
+                DoctorFinding("bubblewrap installed", shutil.which("bwrap") is not None, "apt-get install bubblewrap")
+            )
+            if shutil.which("bwrap"):
+                findings.append(
+                    DoctorFinding(
+                        "bubblewrap sandbox starts", bwrap_works(), "unprivileged user namespaces must be allowed"
+                    )
+                )
+                findings.append(seccomp_finding())
+        if isolation in ("landlock", "unshare") or self.requested == "auto":
+            findings += landlock_findings(self.landlock_min_abi)
         findings.append(DoctorFinding("python in the sandbox", Path(self.python).is_file(), self.python))
         findings.append(
             DoctorFinding(
@@ -243,15 +298,42 @@ class LocalBackend:
             )
         )
         findings.append(quota_finding())
-        findings.append(
-            DoctorFinding(
-                "isolation",
-                self.isolation == "bwrap",
-                f"{self.isolation} (requested {self.requested})"
-                + ("" if self.isolation == "bwrap" else ": the host's file system stays visible to the program"),
-            )
-        )
+        findings.append(isolation_finding(isolation, self.requested, self.landlock_min_abi))
         return findings
+
+
+ISOLATION_SUMMARY: Final = {
+    "bwrap": "own user, network, pid and mount namespaces, a root of /usr only, seccomp",
+    "landlock": "Landlock and seccomp on the host's namespaces{uid}: files beneath /usr, the program, work/ and out/ "
+    "only; no TCP, UDP or signals outside the run",
+    "unshare": "own network and pid namespaces, but the host's file system stays visible to the program",
+    "none": "a plain subprocess, for trusted code only",
+}
+
+
+def isolation_finding(isolation: str, requested: str, minimum_abi: int) -> DoctorFinding:
+    """``berth exec doctor``'s line saying which isolation is in force, and whether it is a sandbox at all."""
+    uid = "" if os.geteuid() == 0 else f", the host's uid {os.getuid()}"
+    summary = ISOLATION_SUMMARY[isolation].format(uid=uid)
+    ok = isolation == "bwrap" or (isolation == "landlock" and landlock_refusal(minimum_abi) is None)
+    return DoctorFinding("isolation", ok, f"{isolation} (requested {requested}): {summary}")
+
+
+def confinement_failure(stderr: Path) -> str | None:
+    """What the bootstrap said when it could not confine itself (:data:`FAILURE_MARK`), from the run's stderr."""
+    try:
+        with open(stderr, encoding="utf-8", errors="replace") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(FAILURE_MARK):
+        return None  # the status is the program's own (it never gets to run after a failed confinement)
+    return first[len(FAILURE_MARK) :].strip() or "no reason given"
+
+
+def _owns_uids() -> bool:
+    """Whether this host gives each run a uid of its own (root), rather than sharing its own uid with them."""
+    return os.geteuid() == 0
 
 
 def hardening_arguments(seccomp_fd: int | None) -> list[str]:
@@ -341,9 +423,7 @@ def _start(
             stderr=stderr,
             env=env,
             cwd=folder.work,
-            user=request.uid,
-            group=request.gid,
-            extra_groups=[],
+            **_identity(request),
             process_group=0,
             pass_fds=() if seccomp_fd is None else (seccomp_fd,),
         )
@@ -355,6 +435,14 @@ def _start(
         process.stdin.write(launch)  # a few hundred bytes: the pipe's buffer takes them at once
         process.stdin.close()
     return process
+
+
+def _identity(request: SandboxRequest) -> dict[str, Any]:
+    """The uid switch of the executor: to the run's own uid with no groups where this host is root; nothing where
+    it is not (the run keeps the host's uid, and dropping supplementary groups would need ``CAP_SETGID``)."""
+    if not _owns_uids():
+        return {}
+    return {"user": request.uid, "group": request.gid, "extra_groups": []}
 
 
 def _log_file(path: Path) -> int:
