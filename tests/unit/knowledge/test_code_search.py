@@ -274,3 +274,20 @@ async def test_a_symbol_look_up_seeks_the_name_index_of_either_store(code_space:
 
         plan = await pool.in_transaction(explain)
         assert any("knowledge_chunks_by_name" in row[0] for row in plan), plan
+
+
+def test_windows_and_code_answering_a_plain_question_are_weighed_down() -> None:
+    from berth.knowledge.store import ChunkRow
+
+    def row(path: str, kind: str) -> ChunkRow:
+        return ChunkRow(1, path, "a", "a", "", 1, 2, kind)
+
+    plain = CodeQuery.parse("how is the area of a polygon computed")
+    named = CodeQuery.parse("where is polygon_area defined")
+    about_tests = CodeQuery.parse("tests of the polygon area")
+    section, definition, window = row("docs/shapes.md", "section"), row("a.py", "definition"), row("a.py", "window")
+    assert plain.weight(section) == 1.0
+    assert plain.weight(section) > plain.weight(definition) > plain.weight(window)  # prose, then code, then windows
+    assert named.weight(definition) == 1.0 > named.weight(window)  # a named identifier asks for code
+    assert about_tests.weight(row("tests/test_a.py", "definition")) == 1.0  # tests are code: not weighed as such
+    assert plain.weight(row("tests/test_a.py", "window")) < plain.weight(window)  # a test's window: both weights
