@@ -65,10 +65,11 @@ def rss_mib(pid: int) -> float:
 class Resident:
     """What the server's ``/metrics`` says of the conversations it keeps in memory."""
 
-    conversations: int
+    conversations: float
     held_mib: float
     budget_mib: float
-    dropped: int
+    dropped: float
+    """Each NaN when the server does not report it (a Berth before these series)."""
 
 
 def resident(base: str) -> Resident:
@@ -80,10 +81,10 @@ def resident(base: str) -> Resident:
         return float(found.group(1)) if found else float("nan")
 
     return Resident(
-        conversations=int(value("berth_resident_conversations")),
+        conversations=value("berth_resident_conversations"),
         held_mib=value("berth_resident_conversations_bytes") / MIB,
         budget_mib=value("berth_resident_conversations_budget_bytes") / MIB,
-        dropped=int(value("berth_resident_conversations_dropped_total")),
+        dropped=value("berth_resident_conversations_dropped_total"),
     )
 
 
@@ -164,10 +165,10 @@ async def measure(args: argparse.Namespace, port: int, pid: int) -> list[tuple[i
                 [
                     str(done),
                     f"{point[1]:.1f}",
-                    str(kept.conversations),
+                    f"{kept.conversations:.0f}",
                     f"{kept.held_mib:.1f}",
                     f"{kept.budget_mib:g}",
-                    str(kept.dropped),
+                    f"{kept.dropped:.0f}",
                     "-" if done == 0 else f"{rate:.1f}",
                 ],
                 widths,
@@ -230,6 +231,11 @@ def main() -> None:
         f"\nratio RSS at turn {last[0]} / RSS at turn {first[0]}: {ratio:.2f}x "
         f"({growth_kib:+.1f} KiB per turn; target <= {TARGET_RATIO:.2f}x)"
     )
+    full = next((p for p in points if p[2].dropped > 0), None)  # NaN (not reported) compares False
+    if full is None:
+        print("the resident budget did not fill: RSS grows with the conversations kept until it does")
+    elif full is not last:
+        print(f"ratio RSS at turn {last[0]} / RSS at turn {full[0]} (budget full from there): {last[1] / full[1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -146,4 +146,3 @@ def test_the_json_size_follows_commits_that_append_change_and_replace_blocks() -
     commit()
     stored.stored(list(timeline.blocks))  # stored without a change first (a timeline read from the store)
     assert stored.json_chars == sum(len(block_record(block).json) for block in timeline.blocks)
-
