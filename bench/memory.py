@@ -8,7 +8,7 @@ start a new conversation every ``--turns-per-conversation`` turns, as people do:
 conversations it has not seen, and the idle ones pile up unless something bounds them. Each turn is the demo
 model's hello-bundle turn: it calls ``hello.greet``, then answers in chunks.
 
-Every ``--every`` turns (2,000; ``--quick``: 150) the load pauses (each user finishes its turn) and the script reads
+Every ``--every`` turns (2,000; ``--quick``: 100) the load pauses (each user finishes its turn) and the script reads
 the server's ``VmRSS`` (``/proc/<pid>/status``) and its ``/metrics``: the idle conversations it keeps in memory
 (``berth_resident_conversations``), what they hold by its estimate and its budget
 (``platform.resident_conversations.max_mb``, set with ``--max-mb``; the server's default when not given), and how
@@ -22,7 +22,7 @@ user comes back). With this workload and the default budget (256 MiB) that takes
 
     .venv/bin/python bench/memory.py                       # 10,000 turns, RSS every 2,000 (minutes)
     .venv/bin/python bench/memory.py --max-mb 32           # the same with a budget the run fills early
-    .venv/bin/python bench/memory.py --quick               # 600 turns, every 150: a smoke test
+    .venv/bin/python bench/memory.py --quick               # 400 turns, every 100, 2 MiB: a smoke test
 """
 
 from __future__ import annotations
@@ -198,10 +198,13 @@ def main() -> None:
     parser.add_argument(
         "--max-mb", type=float, default=None, help="platform.resident_conversations.max_mb (default: the server's)"
     )
-    parser.add_argument("--quick", action="store_true", help="600 turns, RSS every 150: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="400 turns, RSS every 100, a 2 MiB budget (unless given): a smoke test"
+    )
     args = parser.parse_args()
     if args.quick:
-        args.turns, args.every, args.users = 600, 150, 10
+        args.turns, args.every, args.users = 400, 100, 10
+        args.max_mb = 2 if args.max_mb is None else args.max_mb
     print(header(), flush=True)
     print(
         f"workload: {args.turns} hello-bundle tool turns of `berth run --demo`, {args.users} users at once, a new "
