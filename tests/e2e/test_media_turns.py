@@ -15,6 +15,7 @@ from berth.config.models.assembly import ModelRef
 from berth.runtime.loop import TurnRunner
 from berth.runtime.media import PromptMedia
 from berth.runtime.render import RenderedPrompt
+from berth.runtime.resident import ResidentConversations
 from berth.testing.documents import pdf_bytes, png_bytes
 
 HELLO = {"hello": {"source": {"entry_point": "hello"}}}
@@ -44,7 +45,9 @@ async def test_turn_one_media_is_in_every_later_prompt_even_from_another_runner(
         assert [(section, m.data) for section, m in second] == [("history", PNG), ("history", PDF)]
 
         # another process: nothing in memory, the files are read back from the store
-        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock, resident_conversations=0)
+        harness.runner = TurnRunner(
+            store=harness.store, models=models, clock=harness.clock, resident=ResidentConversations(0)
+        )
         await harness.turn("hello", "once more", script=[complete("Yes.")])
         third = media_in(harness.model.requests[-1].prompt)
         assert [(section, m.data) for section, m in third] == [("history", PNG), ("history", PDF)]
@@ -117,7 +120,9 @@ async def test_an_image_over_the_models_limits_is_its_downscaled_copy_in_every_t
             "current_turn"
         )
 
-        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock, resident_conversations=0)
+        harness.runner = TurnRunner(
+            store=harness.store, models=models, clock=harness.clock, resident=ResidentConversations(0)
+        )
         path = "fi:turn_1.attachments/wide.png"
         await harness.turn("hello", "again?", script=[action("react.read", paths=[path]), complete("Teal.")])
         after = harness.model.requests[-1].prompt
@@ -128,7 +133,9 @@ async def test_an_image_over_the_models_limits_is_its_downscaled_copy_in_every_t
         read = f"{path}: (image/png, {len(wide)} bytes) shown to you again as an image, after this result, downscaled"
         assert f"{read} to 8000x89 (image/png" in after.section_text("current_turn")
 
-        harness.runner = TurnRunner(store=harness.store, models=models, clock=harness.clock, resident_conversations=0)
+        harness.runner = TurnRunner(
+            store=harness.store, models=models, clock=harness.clock, resident=ResidentConversations(0)
+        )
         await harness.turn("hello", "once more", script=[complete("Yes.")])
         again = [(m.path, m.data) for _, m in media_in(harness.model.requests[-1].prompt)]
         assert again == [(first.path, first.data), (shown[1][1], first.data)]

@@ -44,6 +44,10 @@ TABLES: dict[str, tuple[str, str]] = {
         r"^store\s+chunks\s+text MB\s+index MB\s+index÷text",
         r"^ratio sqlite index / text: \d+\.\d+x$",
     ),
+    "memory.py": (
+        r"^turns\s+RSS MiB\s+conversations\s+resident MiB\s+budget MiB\s+dropped\s+turns/s$",
+        r"^ratio RSS at turn \d+ / RSS at turn \d+: \d+\.\d+x",
+    ),
     "mcp_overhead.py": (r"^row\s+calls\s+berth/s\s+bare/s.*\sratio$", r"^stdio, shared\s.*\s\d+\.\d+$"),
     "reload.py": (r"^\s+saves\s+swap med ms", r"^ratio restart / hot reload.* median \d+(\.\d+)?x"),
     "scale.py": (

@@ -106,6 +106,21 @@ def _is_stored(info: ValidationInfo) -> bool:
 
 _CALL_ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
 
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+"""One fields-set per combination of set fields, shared by the blocks that have it (:meth:`Block._share_fields_set`)."""
+_FIELDS_SETS_LIMIT: Final = 1024
+
+
+def _shared_fields_set(fields_set: set[str]) -> set[str]:
+    """The shared set equal to ``fields_set`` (``fields_set`` itself the first time)."""
+    key = frozenset(fields_set)
+    shared = _FIELDS_SETS.get(key)
+    if shared is None:
+        if len(_FIELDS_SETS) >= _FIELDS_SETS_LIMIT:
+            return fields_set
+        shared = _FIELDS_SETS[key] = fields_set
+    return shared
+
 
 class Block(BaseModel):
     """One immutable record on a conversation's timeline.
@@ -142,6 +157,7 @@ class Block(BaseModel):
         if ts.tzinfo is not UTC:
             self.__dict__["ts"] = _require_utc(ts)
         if _is_stored(info):
+            self._share_fields_set()
             return self
         try:
             parsed = parse_path(self.path)
@@ -162,4 +178,14 @@ class Block(BaseModel):
             raise ValueError("a hidden block needs a replacement text saying what was hidden")
         if not self.hidden and self.replacement is not None:
             raise ValueError("only a hidden block has a replacement")
+        self._share_fields_set()
         return self
+
+    def _share_fields_set(self) -> None:
+        """Share the set of the fields given with the blocks given the same ones.
+
+        Pydantic gives every instance a set of its own (about 730 bytes for a block's five to eight fields: as much
+        as its ``__dict__``), and a resident conversation keeps thousands of blocks. A block is frozen, so nothing
+        adds to the set after validation; :meth:`~pydantic.BaseModel.model_copy` copies it before adding to it.
+        """
+        object.__setattr__(self, "__pydantic_fields_set__", _shared_fields_set(self.__pydantic_fields_set__))

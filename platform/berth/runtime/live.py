@@ -182,6 +182,9 @@ class LiveInbox:
         if self._closed:
             return ()
         self._closed = True
+        # A finished turn's inbox is kept with its event log for replay: it must not keep the recorder, which
+        # holds the conversation's whole timeline, alive with it (a delivery past this point is refused).
+        self._persist = None
         self._unseen = tuple(self._pending)
         self._pending.clear()
         return self._unseen

@@ -54,7 +54,7 @@ from berth.runtime.protocol import (
 )
 from berth.runtime.pruning import plan_pruning
 from berth.runtime.render import PromptMessage, PromptPart, RenderedPrompt, TimelineRenderer
-from berth.runtime.resident import DEFAULT_RESIDENT_CONVERSATIONS, ResidentConversation, ResidentConversations
+from berth.runtime.resident import ResidentConversation, ResidentConversations
 from berth.runtime.sources import SourcesPool, citation_lookup
 from berth.runtime.timeline import Timeline
 from berth.runtime.tool_calls import execute_tool_call, full_result_artifact
@@ -134,8 +134,9 @@ class _RoundBuffer:
 class TurnRunner:
     """Runs turns of one host: storage, models and tool packs are passed in, never fetched globally.
 
-    :param resident_conversations: how many conversations to keep in memory between turns (their
-        committed timeline and rendered parts; see :mod:`berth.runtime.resident`); 0 keeps none.
+    :param resident: the conversations kept in memory between turns (their committed timeline and rendered
+        parts; see :mod:`berth.runtime.resident`), shared by a process's runners; default: the runner's own,
+        with the default budget. ``ResidentConversations(0)`` keeps none.
     :param result_preview_chars: the cap of a tool result in the timeline for every scope (tests); None: each
         scope's ``react.result_preview_chars``.
     """
@@ -149,12 +150,12 @@ class TurnRunner:
         memory: Callable[[ConversationScope], MemorySearch] | None = None,
         clock: Callable[[], datetime] = utc_now,
         result_preview_chars: int | None = None,
-        resident_conversations: int = DEFAULT_RESIDENT_CONVERSATIONS,
+        resident: ResidentConversations | None = None,
         execution: Execution | None = None,
     ) -> None:
         self._store = store
         self._execution = execution
-        self._resident = ResidentConversations(resident_conversations)
+        self._resident = resident if resident is not None else ResidentConversations()
         self._models = models
         self._tool_packs = dict(tool_packs or {})
         self._memory = memory

@@ -78,6 +78,20 @@ class StoredTimeline:
         self._records: dict[int, tuple[Block, BlockRecord]] = {}
         self._logged: dict[int, tuple[Block, str, int, int]] = {}
         self._stored: list[Block] = []
+        self._sizes: list[int] = []  # the length of each stored block's JSON, by position
+        self._json_chars = 0
+        self._changing: tuple[Sequence[Block], dict[int, int]] | None = None  # the last change's sizes by position
+
+    @property
+    def json_chars(self) -> int:
+        """The summed length of the stored blocks' JSON forms: what the timeline holds, counted as it is stored
+        (kept up to date by :meth:`stored` from the positions a commit writes, never by walking the blocks)."""
+        return self._json_chars
+
+    @property
+    def block_count(self) -> int:
+        """How many blocks the stored timeline holds."""
+        return len(self._sizes)
 
     def remember(self, block: Block, record: BlockRecord) -> None:
         """Record that ``record`` is the stored form of ``block`` (it was just parsed from it)."""
@@ -103,15 +117,18 @@ class StoredTimeline:
         stored = self._stored
         logged = self._logged
         writes: list[tuple[int, BlockRecord | LoggedBlock]] = []
+        sizes: dict[int, int] = {}
         for position, block in enumerate(blocks):
             if position < len(stored) and stored[position] is block:
                 continue
             record = self.record(block)
+            sizes[position] = len(record.json)
             entry = logged.get(id(block))
             if entry is not None and entry[0] is block:
                 writes.append((position, LoggedBlock(entry[1], entry[2], entry[3], record)))
             else:
                 writes.append((position, record))
+        self._changing = (blocks, sizes)
         return TimelineChange(length=len(blocks), writes=tuple(writes))
 
     def stored(self, blocks: Sequence[Block]) -> None:
@@ -119,9 +136,36 @@ class StoredTimeline:
 
         A stored block is written again only if compaction moves it, so neither is worth keeping.
         """
+        changing, self._changing = self._changing, None
+        if changing is not None and changing[0] is blocks:
+            self._account(len(blocks), changing[1])  # what the change written for these blocks said
+        else:
+            previous = self._stored
+            self._account(
+                len(blocks),
+                {
+                    position: len(self.record(block).json)
+                    for position, block in enumerate(blocks)
+                    if position >= len(previous) or previous[position] is not block
+                },
+            )
         self._stored = list(blocks)
         self._records = {}
         self._logged = {}
+
+    def _account(self, length: int, written: dict[int, int]) -> None:
+        """Update the JSON sizes for a stored timeline of ``length`` blocks whose positions ``written`` changed."""
+        sizes = self._sizes
+        total = self._json_chars
+        if length < len(sizes):
+            total -= sum(sizes[length:])
+            del sizes[length:]
+        else:
+            sizes.extend([0] * (length - len(sizes)))
+        for position, size in written.items():
+            total += size - sizes[position]
+            sizes[position] = size
+        self._json_chars = total
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +253,11 @@ class RestoredConversation:
 def _parsed_timeline(records: Sequence[BlockRecord]) -> tuple[Timeline, StoredTimeline]:
     """Return the timeline the stored ``records`` hold, and a :class:`StoredTimeline` that knows them."""
     stored = StoredTimeline()
-    blocks = [block_from_record(record) for record in records]
+    blocks = []
+    for record in records:
+        block = block_from_record(record)
+        stored.remember(block, record)  # its JSON's size is counted from the record, not made again
+        blocks.append(block)
     stored.stored(blocks)
     return Timeline(blocks), stored
 

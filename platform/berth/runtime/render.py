@@ -149,6 +149,25 @@ def visible_start(blocks: Sequence[Block]) -> int:
     return 0
 
 
+_SYSTEM_TEXTS: dict[str, str] = {}
+_SYSTEM_TEXTS_LIMIT: Final = 64
+
+
+def _shared_system(system: str) -> str:
+    """The one copy of the system message ``system`` that renderers keep.
+
+    Every conversation of a bundle has the same system message (about 8 KB with the hello bundle), made again
+    for every turn; a renderer kept with its conversation holds the copy it rendered first, so conversations
+    kept in memory share one instead of holding one each.
+    """
+    shared = _SYSTEM_TEXTS.get(system)
+    if shared is None:
+        if len(_SYSTEM_TEXTS) >= _SYSTEM_TEXTS_LIMIT:
+            _SYSTEM_TEXTS.clear()
+        shared = _SYSTEM_TEXTS[system] = system
+    return shared
+
+
 _PartCache: TypeAlias = dict[tuple[object, ...], tuple[tuple[Block, ...], PromptPart]]
 
 _PART_CACHE_SLACK: Final = 64
@@ -257,6 +276,20 @@ class TimelineRenderer:
         self.media: dict[str, bytes] = {}
         """The shelf: the bytes of attachments shown as themselves, by ``fi:`` path (:mod:`berth.runtime.media`)."""
 
+    @property
+    def text_chars(self) -> int:
+        """The length of the prompt text kept for the next render: the parts of the last one (counted as they
+        were made) and the sources pool's part (the system message is one copy shared by every renderer)."""
+        segments = self._segments
+        return (segments.characters if segments is not None else 0) + (
+            len(self._sources.text) if self._sources is not None else 0
+        )
+
+    @property
+    def media_bytes(self) -> int:
+        """The bytes of the images and PDFs on the shelf."""
+        return sum(len(data) for data in self.media.values())
+
     def forget_parts(self) -> None:
         """Make every part again at the next render (the shelf gained files that parts made before lack)."""
         self._parts = {}
@@ -266,7 +299,7 @@ class TimelineRenderer:
     def _system_part(self, system: str) -> PromptPart:
         part = self._system
         if part is None or part.text != system:
-            part = self._system = PromptPart(section="system", text=system, cache_checkpoint="system")
+            part = self._system = PromptPart(section="system", text=_shared_system(system), cache_checkpoint="system")
         return part
 
     def _sources_part(self, text: str) -> PromptPart:

@@ -50,6 +50,7 @@ class Metrics:
         )
         self._queue_metrics()
         self._tool_thread_metrics()
+        self._resident_metrics()
         self.http = Histogram(
             "berth_http_request_duration_seconds",
             "HTTP request latency",
@@ -127,6 +128,38 @@ class Metrics:
             ["operation"],
             registry=registry,
         )
+
+    def _resident_metrics(self) -> None:
+        """The idle conversations kept in memory for their next turn (``platform.resident_conversations``)."""
+        registry = self.registry
+        self.resident_conversations = Gauge(
+            "berth_resident_conversations", "Idle conversations kept in memory for their next turn", registry=registry
+        )
+        self.resident_bytes = Gauge(
+            "berth_resident_conversations_bytes",
+            "What the idle conversations kept in memory hold, as estimated from their size",
+            registry=registry,
+        )
+        self.resident_budget_bytes = Gauge(
+            "berth_resident_conversations_budget_bytes",
+            "platform.resident_conversations.max_mb, in bytes",
+            registry=registry,
+        )
+        self.resident_dropped = Counter(
+            "berth_resident_conversations_dropped",
+            "Idle conversations dropped from memory for the budget (their next turn reads them from the store)",
+            registry=registry,
+        )
+        self._resident_dropped_seen = 0
+
+    def observe_resident(self, conversations: int, held: int, budget: int, dropped: int) -> None:
+        """Set the ``berth_resident_conversations*`` gauges, and advance the dropped counter to ``dropped`` (at a
+        scrape)."""
+        self.resident_conversations.set(conversations)
+        self.resident_bytes.set(held)
+        self.resident_budget_bytes.set(budget)
+        self.resident_dropped.inc(max(dropped - self._resident_dropped_seen, 0))
+        self._resident_dropped_seen = max(dropped, self._resident_dropped_seen)
 
     def _tool_thread_metrics(self) -> None:
         """The bundles' sync tool threads, per bundle and tenant (:mod:`berth.tools.threads`), read at each scrape."""

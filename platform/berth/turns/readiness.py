@@ -93,4 +93,6 @@ async def metrics_exposition(headers: Mapping[str, str], host: HostServices) -> 
         host.metrics.turn_queue_depth.set(await host.distributed.queue.depth())
     if host.runtime.registry is not None:
         host.metrics.observe_tool_threads(host.registry.tool_threads.statuses())
+    resident = host.resident
+    host.metrics.observe_resident(len(resident), resident.bytes, resident.budget_bytes, resident.dropped)
     return host.metrics.render(tenant)

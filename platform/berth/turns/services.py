@@ -34,6 +34,7 @@ from berth.runtime.live import LiveEvent, LiveInboxClosedError, attachment_notic
 from berth.runtime.loop import ModelResolver, TurnInput, TurnRunner, record_block
 from berth.runtime.memory import Embedder, MemorySearch
 from berth.runtime.persistence import block_from_record, block_record
+from berth.runtime.resident import ResidentConversations
 from berth.runtime.sources import SourceRow, SourcesPool, citation_lookup
 from berth.storage.backend import StorageBackend
 from berth.storage.claims import TurnClaims
@@ -123,6 +124,9 @@ class HostServices:
         # PostgreSQL store) is to count in Redis, berth.gateway.redis_counters, so limits hold across workers.
         self.admission = Admission(lambda: self.config.descriptors.gateway, MemoryCounters(), self.metrics)
         self._runners: dict[tuple[str, str], TurnRunner] = {}
+        self.resident = ResidentConversations()
+        """The idle conversations this process keeps in memory for their next turn, shared by every scope's runner
+        (``platform.resident_conversations``; :mod:`berth.runtime.resident`)."""
         self.execution = Execution(
             plugins.exec_backends(), bundle_exec=self._bundle_exec, configuration=lambda: self.config
         )
@@ -181,8 +185,9 @@ class HostServices:
             lambda o: self.metrics.reloads.labels(bundle=o.bundle_id, ok=str(o.ok).lower()).inc()
         )
         # changed descriptors may change a scope's models: build its runner again on next use
-        self.registry.add_listener(lambda o: self._runners.clear() if o.reason == "descriptors" else None)
+        self.registry.add_listener(lambda o: self._descriptors_changed() if o.reason == "descriptors" else None)
         settings = self.config.settings_for()
+        self.resident.configure(settings.resident_conversations.max_bytes)
         self.execution.configure(settings.exec)
         storage = settings.storage
         if storage.kind == "distributed":
@@ -308,6 +313,11 @@ class HostServices:
         await self.admission.counters.aclose()
         self.admission.counters = RedisCounters(client)
 
+    def _descriptors_changed(self) -> None:
+        """New descriptors: every scope's runner is made again on its next use, and the resident budget applies."""
+        self._runners.clear()
+        self.resident.configure(self.config.settings_for().resident_conversations.max_bytes)
+
     def runner_for(self, tenant: str, project: str) -> TurnRunner:
         """The turn runner of a scope (kept, so conversations stay resident in memory between turns)."""
         runner = self._runners.get((tenant, project))
@@ -330,6 +340,7 @@ class HostServices:
             models=self.models.resolver(settings),
             tool_packs=self.plugins.tool_packs(),
             memory=memory,
+            resident=self.resident,
             execution=self.execution,
         )
 
@@ -624,9 +635,7 @@ class HostServices:
             )
             for turn_id in [t for t, running in self.turns.items() if running.scope == scope]:
                 self.turns.pop(turn_id, None)
-            runner = self._runners.get((scope.tenant, scope.project))
-            if runner is not None:
-                runner.forget(scope)
+            self.resident.take(scope)
             return erased.existed
         finally:
             self._deleting.discard(key)

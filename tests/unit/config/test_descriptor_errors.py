@@ -108,6 +108,25 @@ CASES = {
         "  embedder: {provider: builtin}\n  tool_threads: {size: 2, degraded_at: 3}\n",
         r"assembly\.yaml:20 platform\.tool_threads: degraded_at \(3\) must not exceed size \(2\)",
     ),
+    "resident conversations budget given in bytes": (
+        "assembly.yaml",
+        "  embedder: {provider: builtin}\n",
+        "  embedder: {provider: builtin}\n  resident_conversations: {max_mb: 268435456}\n",
+        r"assembly\.yaml:20 platform\.resident_conversations\.max_mb: max_mb is in MiB: 268435456 MiB is more than "
+        r"1 TiB \(give 256 for 256 MiB, not a number of bytes\)",
+    ),
+    "negative resident conversations budget": (
+        "assembly.yaml",
+        "  embedder: {provider: builtin}\n",
+        "  embedder: {provider: builtin}\n  resident_conversations: {max_mb: -1}\n",
+        r"assembly\.yaml:20 platform\.resident_conversations\.max_mb: .*greater than or equal to 0",
+    ),
+    "resident conversations budget that is not a number": (
+        "assembly.yaml",
+        "  embedder: {provider: builtin}\n",
+        "  embedder: {provider: builtin}\n  resident_conversations: {max_mb: 256MB}\n",
+        r"assembly\.yaml:20 platform\.resident_conversations\.max_mb: .*'256MB'",
+    ),
 }
 
 

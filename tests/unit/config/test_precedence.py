@@ -120,6 +120,27 @@ def test_an_invalid_environment_value_names_the_variable(tmp_path: Path, monkeyp
     assert problem.message == "expected a whole number, got the text 'lots'"
 
 
+def test_the_resident_conversations_budget_defaults_to_256_mib_and_is_read_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = Configuration.load(write_assembly(tmp_path / "d", ASSEMBLY))
+    assert config.settings_for().resident_conversations.max_bytes == 256 * 1024 * 1024
+    monkeypatch.setenv("BERTH_PLATFORM__RESIDENT_CONVERSATIONS__MAX_MB", "0.5")
+    config = Configuration.load(write_assembly(tmp_path / "e", ASSEMBLY))
+    assert config.settings_for().resident_conversations.max_bytes == 512 * 1024
+
+
+def test_a_resident_budget_in_bytes_from_the_environment_names_the_variable_and_the_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BERTH_PLATFORM__RESIDENT_CONVERSATIONS__MAX_MB", "268435456")
+    with pytest.raises(DescriptorError) as caught:
+        Configuration.load(write_assembly(tmp_path / "d", ASSEMBLY))
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.field) == ("environment", "BERTH_PLATFORM__RESIDENT_CONVERSATIONS__MAX_MB")
+    assert "max_mb is in MiB" in problem.message and "not a number of bytes" in problem.message
+
+
 def test_an_invalid_project_override_names_its_line(tmp_path: Path) -> None:
     text = ASSEMBLY.replace("support: {react: {max_iterations: 30}}", "support: {react: {max_iterations: 0}}")
     with pytest.raises(DescriptorError) as caught:

@@ -511,6 +511,47 @@ class ReadinessConfig(DescriptorModel):
     )
 
 
+RESIDENT_CONVERSATIONS_MAX_MB_LIMIT = 1024 * 1024
+"""The largest ``resident_conversations.max_mb`` accepted (1 TiB): a larger value is a number of bytes given
+as MiB, not a budget."""
+
+
+class ResidentConversationsConfig(DescriptorModel):
+    """What a host process keeps in memory of idle conversations between their turns (read from the platform
+    level): their timelines and rendered prompt parts, so a conversation's next turn does not read and render its
+    history again. Past the budget the least recently used idle conversations are dropped, and read back from
+    the store when their next turn starts."""
+
+    max_mb: float = Field(
+        256,
+        ge=0,
+        le=RESIDENT_CONVERSATIONS_MAX_MB_LIMIT,
+        allow_inf_nan=False,
+        description="MiB of idle conversations one process keeps in memory (all tenants together; 0 keeps none: "
+        "every turn reads its conversation from the store)",
+    )
+
+    @field_validator("max_mb", mode="before")
+    @classmethod
+    def _a_number_of_mib(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError(f"max_mb is a number of MiB, like 256, not {value!r}")
+        try:
+            number = float(value) if isinstance(value, int | float | str) else None
+        except ValueError:
+            number = None  # not a number: pydantic says so
+        if number is not None and number > RESIDENT_CONVERSATIONS_MAX_MB_LIMIT:
+            raise ValueError(
+                f"max_mb is in MiB: {value} MiB is more than 1 TiB (give 256 for 256 MiB, not a number of bytes)"
+            )
+        return value
+
+    @property
+    def max_bytes(self) -> int:
+        """The budget in bytes."""
+        return int(self.max_mb * 1024 * 1024)
+
+
 class PlatformConfig(DescriptorModel):
     """The ``platform:`` section: settings every tenant inherits."""
 
@@ -524,6 +565,7 @@ class PlatformConfig(DescriptorModel):
     tool_threads: ToolThreadsConfig = Field(default_factory=ToolThreadsConfig)
     readiness: ReadinessConfig = Field(default_factory=ReadinessConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    resident_conversations: ResidentConversationsConfig = Field(default_factory=ResidentConversationsConfig)
     secret_providers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="options per secret-provider plugin, e.g. aws-sm: {region: ...}"
     )
