@@ -84,7 +84,7 @@ def import_folder_bundle(bundle_id: str, generation: int, folder: Path, module: 
     except BaseException:
         purge_modules(name)
         raise
-    names = tuple(sorted(key for key in sys.modules if key == name or key.startswith(name + ".")))
+    names = tuple(sorted(key for key in list(sys.modules) if key == name or key.startswith(name + ".")))
     return ImportedBundle(module_object, names, (package_dir,), name)
 
 
@@ -94,7 +94,7 @@ def import_entry_point_bundle(point: EntryPoint) -> ImportedBundle:
     purge_modules(top_level)
     importlib.invalidate_caches()
     plugin = point.load()
-    names = tuple(sorted(key for key in sys.modules if key == top_level or key.startswith(top_level + ".")))
+    names = tuple(sorted(key for key in list(sys.modules) if key == top_level or key.startswith(top_level + ".")))
     top_module = sys.modules.get(top_level)
     roots: list[Path] = []
     if top_module is not None:
@@ -135,8 +135,9 @@ def editable_source_folders(point: EntryPoint) -> list[Path]:
 
 def purge_modules(package: str) -> None:
     """Drop ``package`` and its submodules from ``sys.modules`` (objects others hold stay alive)."""
-    for key in [key for key in sys.modules if key == package or key.startswith(package + ".")]:
-        del sys.modules[key]
+    # list(): another thread may import (and so grow sys.modules) while this walks it
+    for key in [key for key in list(sys.modules) if key == package or key.startswith(package + ".")]:
+        sys.modules.pop(key, None)
 
 
 def _ensure_parent_packages(name: str) -> None:
