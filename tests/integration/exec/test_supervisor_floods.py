@@ -37,6 +37,9 @@ FD_GROWTH_CAP = 64
 P99_FACTOR = 10
 """How much slower another tenant's 99th-percentile tool call may be during a flood than without one: generous,
 the machine is shared; without the caps the floods cost hundreds of MiB or thousands of descriptors instead."""
+P99_ALONE_FLOOR = 0.010
+"""The tenant's p99 alone is read as at least 10 ms: alone it is 0.4-4 ms, so ten times it is within a loaded
+machine's scheduling noise; the floods this file guards against stalled the loop for 0.9-1.3 s."""
 
 # What every hostile program starts with: the run's socket, its token (as any program can read it from the
 # bootstrap's module), the frames written by hand, and the program's own connection, opened before the flood.
@@ -268,7 +271,8 @@ def assert_harmless(figures: FloodFigures) -> None:
     """The host's memory and descriptors stayed bounded and the other tenant was served about as fast."""
     assert figures.rss_growth < RSS_GROWTH_CAP, f"the host grew by {figures.rss_growth / MIB:.0f} MiB"
     assert figures.fds_growth < FD_GROWTH_CAP, f"the host opened {figures.fds_growth} more descriptors"
-    assert figures.p99_flooded < P99_FACTOR * figures.p99_alone, (figures.p99_alone, figures.p99_flooded)
+    allowed = P99_FACTOR * max(figures.p99_alone, P99_ALONE_FLOOR)
+    assert figures.p99_flooded < allowed, (figures.p99_alone, figures.p99_flooded)
 
 
 async def test_a_hundred_stalled_frames_hold_at_most_the_runs_allowance(service: ExecService) -> None:
