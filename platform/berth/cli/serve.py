@@ -7,7 +7,9 @@ that command.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+import threading
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,18 +152,27 @@ async def _feed_lines(given: tuple[str, ...], lines: asyncio.Queue[str | None]) 
     """
     for text in given:  # echoed as each starts its turn
         await lines.put(text)
-    if not given:
-        click.secho("(/help lists the commands; type while an answer streams to add a follow-up)", dim=True)
-        while True:
-            try:
-                text = await asyncio.to_thread(sys.stdin.readline)
-            except (EOFError, ValueError):
-                break
-            if not text:  # end of input
-                break
+    if given:
+        await lines.put(None)
+        return
+    click.secho("(/help lists the commands; type while an answer streams to add a follow-up)", dim=True)
+    loop = asyncio.get_running_loop()
+    # A daemon thread of its own, not the loop's executor: after /quit it is still blocked reading the next line,
+    # and asyncio.run waits for every executor thread before it returns (the chat then never ended).
+    threading.Thread(target=_read_typed_lines, args=(loop, lines), name="berth-chat-stdin", daemon=True).start()
+
+
+def _read_typed_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
+    """Put each non-blank line typed on stdin in ``lines`` (from this thread), then None at end of input."""
+    try:
+        for text in iter(sys.stdin.readline, ""):
             if text.strip():
-                await lines.put(text.rstrip("\n"))
-    await lines.put(None)
+                loop.call_soon_threadsafe(lines.put_nowait, text.rstrip("\n"))
+    except (EOFError, ValueError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the chat is over
+            loop.call_soon_threadsafe(lines.put_nowait, None)
 
 
 async def _converse(backend: ChatBackend, bundle: str | None, given: tuple[str, ...]) -> None:
