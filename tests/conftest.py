@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,3 +56,13 @@ def example_descriptors(tmp_path: Path) -> Path:
     target = tmp_path / "descriptors"
     shutil.copytree(REPO_ROOT / "descriptors", target, ignore=shutil.ignore_patterns("schema"))
     return target
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP port listening on the host's 127.0.0.1 (standing for the API and any local service), for the tests
+    that show a sandboxed program cannot connect to it."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield int(server.getsockname()[1])

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import textwrap
 import uuid
@@ -199,15 +198,6 @@ def scratch() -> Iterator[Path]:
     folder.mkdir(mode=0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A TCP listener on the host's loopback, which the container (on the host's network) reaches."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        yield int(server.getsockname()[1])
 
 
 def docker_run(run: PodRun, image: str, script: str, *mounts: str) -> subprocess.CompletedProcess[str]:

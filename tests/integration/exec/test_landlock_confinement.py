@@ -147,16 +147,6 @@ def host() -> Iterator[int]:
     process.wait()
 
 
-@pytest.fixture
-def listener() -> Iterator[int]:
-    import socket
-
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        yield int(server.getsockname()[1])
-
-
 def run_bootstrap(
     machine: dict[str, Path], host: int, listener: int, confinement: Confinement | None
 ) -> subprocess.CompletedProcess[str]:

@@ -12,9 +12,8 @@ import dataclasses
 import json
 import os
 import shutil
-import socket
 import textwrap
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 from typing import Any
 
@@ -74,15 +73,6 @@ def backend(request: pytest.FixtureRequest) -> ExecBackend:
 @pytest.fixture
 def service(tmp_path: Path) -> ExecService:
     return ExecService(root=Path("/tmp") / f"berth-exec-test-{os.getpid()}")
-
-
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A TCP listener on the host's 127.0.0.1, standing for the API and any local service."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        yield int(server.getsockname()[1])
 
 
 def landlocked(backend: ExecBackend) -> bool:
