@@ -32,6 +32,7 @@ from berth.knowledge.store import (
     indexed_fields,
     query_words,
 )
+from berth.knowledge.vector_files import META_KEY, open_vectors, prune_vectors, vectors_folder, write_vectors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -222,12 +223,43 @@ class SqliteSpaceStore:
 
     def _vector_matrix(self) -> VectorMatrix:
         with self._loading:  # one load per version: a search waits for the one loading after a refresh
-            version = int(self._meta().get("version", "0"))
+            meta = self._meta()
+            version, stamp = int(meta.get("version", "0")), meta.get(META_KEY, "")
             cached = self._vectors
             if cached is None or cached.version != version:
-                rows = self._read("SELECT id, vector FROM chunks WHERE vector IS NOT NULL")
-                cached = self._vectors = VectorMatrix.build(version, rows)
+                cached = self._vectors = self._open_matrix(version, stamp)
             return cached
+
+    def _open_matrix(self, version: int, stamp: str) -> VectorMatrix:
+        """The committed version's vectors: its files memory-mapped; read from the rows when it has none (an
+        index written before they were, or their files are gone), then written for the next process."""
+        opened = open_vectors(vectors_folder(self.path), stamp) if stamp else None
+        if opened is not None:
+            return VectorMatrix(version, *opened)
+        rows = self._read("SELECT id, vector FROM chunks WHERE vector IS NOT NULL ORDER BY id")
+        matrix = VectorMatrix.build(version, rows)
+        if len(matrix.ids):
+            with contextlib.suppress(OSError, sqlite3.Error):  # a read-only folder, a busy writer: not needed here
+                self._save_vectors(version)
+        return matrix
+
+    def _save_vectors(self, version: int) -> None:
+        """Write the vector files of ``version`` and commit their stamp, unless a refresh committed another
+        version meanwhile (it wrote its own)."""
+        writer = self._connect()
+        try:
+            writer.execute("BEGIN IMMEDIATE")
+            committed = dict(writer.execute("SELECT key, value FROM meta").fetchall())
+            if int(committed.get("version", "0")) == version:
+                _write_vectors(writer, self.path, version)
+            writer.execute("COMMIT")
+        except BaseException:
+            if writer.in_transaction:
+                writer.execute("ROLLBACK")
+            raise
+        finally:
+            writer.close()
+        _prune(self.path)
 
     async def nearest(
         self, vector: npt.NDArray[np.float32], limit: int, *, within: ChunkFilter | None = None
@@ -288,14 +320,19 @@ class SqliteSpaceStore:
                 "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 list(values.items()),
             )
+            vectors_changed = _vectors_changed(writer, updates, removed)
+            if vectors_changed:  # the new version's vector files, written before it commits
+                _write_vectors(writer, self.path, new_version)
             writer.execute("COMMIT")
-            return new_version
         except BaseException:
             if writer.in_transaction:
                 writer.execute("ROLLBACK")
             raise
         finally:
             writer.close()
+        if vectors_changed:
+            _prune(self.path)
+        return new_version
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
@@ -368,6 +405,51 @@ def _upgrade(connection: sqlite3.Connection) -> None:
     if had_index:  # the old index's copy of every chunk's text is free pages now: give them back if nobody writes
         with contextlib.suppress(sqlite3.OperationalError):
             connection.execute("VACUUM")
+
+
+def _vectors_changed(writer: sqlite3.Connection, updates: Sequence[FileUpdate], removed: Sequence[str]) -> bool:
+    """Whether a refresh changes the vectors: it writes some, or changes the chunks of a space whose vector files
+    are written (a space without vectors never reads its rows for them)."""
+    if any(vector is not None for update in updates for vector in update.vectors):
+        return True
+    if not updates and not removed:
+        return False
+    rows = writer.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchall()
+    return bool(rows and rows[0][0])
+
+
+def _write_vectors(writer: sqlite3.Connection, database: Path, version: int) -> None:
+    """In ``writer``'s transaction: write the files of every vector it sees (its own changes included) and set
+    their stamp in ``meta`` ('' when no chunk has a vector), committed with the transaction."""
+    import numpy as np
+
+    rows = writer.execute("SELECT id, vector FROM chunks WHERE vector IS NOT NULL ORDER BY id").fetchall()
+    stamp = ""
+    if rows:
+        matrix = VectorMatrix.build(version, rows)
+        stamp = write_vectors(vectors_folder(database), version, matrix.ids, np.asarray(matrix.matrix))
+    writer.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (META_KEY, stamp),
+    )
+
+
+def _prune(database: Path) -> None:
+    """Remove the vector files no committed version names (under the write lock: no writer is writing any)."""
+    folder = vectors_folder(database)
+    if not folder.is_dir():
+        return
+    writer = sqlite3.connect(database, timeout=60.0, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        rows = writer.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchall()
+        prune_vectors(folder, str(rows[0][0]) if rows else "")
+        writer.execute("COMMIT")
+    except sqlite3.Error:
+        if writer.in_transaction:
+            writer.execute("ROLLBACK")
+    finally:
+        writer.close()
 
 
 def _delete_file(writer: sqlite3.Connection, path: str) -> None:
