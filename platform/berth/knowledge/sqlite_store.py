@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from berth.knowledge.filters import ChunkFilter
+from berth.knowledge.fts_topk import FtsTopK
 from berth.knowledge.store import (
     ChunkRow,
     FileRecord,
@@ -81,6 +82,8 @@ _FTS: Final = f"CREATE VIRTUAL TABLE chunks_fts USING fts5(title, path, body, co
 _INSERT_FTS: Final = "INSERT INTO chunks_fts (rowid, title, path, body) VALUES (?, ?, ?, ?)"
 _DELETE_FTS: Final = "INSERT INTO chunks_fts (chunks_fts, rowid, title, path, body) VALUES ('delete', ?, ?, ?, ?)"
 _COLUMNS: Final = "id, path, anchor, title, text, first_line, last_line, kind"
+_WEIGHTS: Final = (3.0, 2.0, 1.0)
+"""``bm25()``'s weights of title, path and text."""
 _ALL: Final = -1
 """``LIMIT -1``: no limit."""
 
@@ -103,6 +106,7 @@ class SqliteSpaceStore:
         self._loading = threading.Lock()
         self._connection: sqlite3.Connection | None = None
         self._vectors: VectorMatrix | None = None
+        self._top = FtsTopK("chunks_fts", TOKENIZER, _WEIGHTS)
 
     @property
     def _reader(self) -> sqlite3.Connection:
@@ -201,6 +205,10 @@ class SqliteSpaceStore:
         expression = fts_query(query)
         if expression is None:
             return []
+        if within is None or within.empty:
+            pruned = await asyncio.to_thread(self._pruned, query, limit)
+            if pruned is not None:
+                return pruned
         where, parameters = _within_sql(within)
         rows = await asyncio.to_thread(
             self._read,
@@ -210,6 +218,11 @@ class SqliteSpaceStore:
             (expression, *parameters, limit),
         )
         return [(int(rowid), float(score)) for rowid, score in rows]
+
+    def _pruned(self, query: str, limit: int) -> list[tuple[int, float]] | None:
+        """The lexical ranking without scoring every matching row (:mod:`berth.knowledge.fts_topk`), or None."""
+        with self._lock:
+            return self._top.search(self._reader, query_words(query), limit)
 
     async def matching(self, within: ChunkFilter, limit: int) -> list[int]:
         """The ids of the chunks ``within`` lets through (at most ``limit``), in path and line order."""

@@ -1,0 +1,128 @@
+"""The best rows of an FTS5 BM25 query without scoring every row that matches (exact: FTS5's own scores).
+
+``ORDER BY bm25(...) LIMIT 50`` scores every row holding any query word: at 200k chunks of code a query with
+``self`` or ``return`` scores 100k rows (seconds). BM25 bounds what a word can add to a row's score: FTS5 adds,
+per query phrase, ``idf * f*(k1+1) / (f + k1*(1-b+b*D/avgdl))`` — below ``idf * (k1+1)`` whatever the row
+(``idf`` from the whole table, at least 1e-6; ``k1`` = 1.2). So, with the phrases sorted by how many rows hold
+them (FTS5's own counts, ``fts5vocab``), the rarest few (R) select the candidates: a row holding none of them
+scores at most ``T`` = the sum of the other phrases' bounds. The candidates are scored by FTS5 over ALL the
+phrases — the expression ``(R) AND (all)`` names R's phrases twice, so its score is the full score plus R's
+own, which a query of ``R`` alone gives for the same rows, and is subtracted. When the ``limit``-th best full
+score beats ``T``, no other row can enter: these are the rows, and the scores, of the full query (to the last
+bit or two of a double: the sums are added in another order). Otherwise R grows by the next rarest phrase,
+while its rows stay under :data:`BUDGET`; past it, or for a phrase of several tokens, the full query runs.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from collections.abc import Sequence
+from typing import Final
+
+__all__ = ["BUDGET", "K1", "FtsTopK"]
+
+K1: Final = 1.2
+"""FTS5's ``bm25()`` constant k1 (b is 0.75): a phrase adds less than ``idf * (k1 + 1)`` to any row."""
+BUDGET: Final = 4_000
+"""At most this many candidate rows (the rarest phrases' rows, counted with repeats) are scored exactly."""
+_MARGIN: Final = 1e-9
+"""Added to the bound (relative and absolute): a candidate must beat it clearly, not by rounding."""
+
+
+class FtsTopK:
+    """Pruned BM25 top-k over one contentless FTS5 table (``table``) of ``connection``'s main database."""
+
+    def __init__(self, table: str, tokenizer: str, weights: Sequence[float], *, budget: int = BUDGET) -> None:
+        self.table = table
+        self.budget = budget
+        self.weights = ", ".join(str(weight) for weight in weights)
+        self._tokenizer = tokenizer
+        self._tokens: dict[str, tuple[str, ...]] = {}
+        self._scratch: sqlite3.Connection | None = None
+        self._scratch_lock = threading.Lock()
+
+    def tokens(self, word: str) -> tuple[str, ...]:
+        """The index terms FTS5's tokenizer makes of ``word`` (``tokenizer`` → ``token``), cached."""
+        found = self._tokens.get(word)
+        if found is not None:
+            return found
+        with self._scratch_lock:
+            if self._scratch is None:
+                self._scratch = sqlite3.connect(":memory:", check_same_thread=False)
+                self._scratch.execute(f"CREATE VIRTUAL TABLE words USING fts5(w, tokenize = '{self._tokenizer}')")
+                self._scratch.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, 'instance')")
+            self._scratch.execute("INSERT INTO words (rowid, w) VALUES (1, ?)", (word,))
+            rows = self._scratch.execute("SELECT term FROM word_terms ORDER BY offset").fetchall()
+            self._scratch.execute("DELETE FROM words")
+        found = tuple(str(row[0]) for row in rows)
+        if len(self._tokens) > 50_000:
+            self._tokens.clear()
+        self._tokens[word] = found
+        return found
+
+    def search(
+        self, connection: sqlite3.Connection, words: Sequence[str], limit: int
+    ) -> list[tuple[int, float]] | None:
+        """The ``limit`` best (rowid, -bm25) for the OR of ``words`` (each a quoted phrase), best first; None
+        when pruning cannot answer (the caller runs the full query)."""
+        phrases = list(dict.fromkeys(words))
+        terms = [self.tokens(word) for word in phrases]
+        if len(phrases) < 2 or any(len(term) != 1 for term in terms):
+            return None
+        vocabulary = f"temp.{self.table}_rows"
+        connection.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocabulary} USING fts5vocab(main, '{self.table}', 'row')"
+        )
+        counts = []
+        for (term,) in terms:
+            found = connection.execute(f"SELECT doc FROM {vocabulary} WHERE term = ?", (term,)).fetchall()  # noqa: S608
+            counts.append(int(found[0][0]) if found else 0)
+        if sum(counts) <= self.budget:
+            return None  # the full query is cheap
+        rows = _row_count(connection, self.table)
+        bound = [max(math.log((rows - n + 0.5) / (n + 0.5)), 1e-6) * (K1 + 1.0) for n in counts]
+        order = sorted(range(len(phrases)), key=lambda i: counts[i])
+        everything = " OR ".join(_quoted(word) for word in phrases)
+        for size in range(1, len(phrases)):
+            rare = order[:size]
+            if sum(counts[i] for i in rare) > self.budget:
+                return None
+            if sum(counts[i] for i in rare) < limit:
+                continue
+            threshold = sum(bound[i] for i in order[size:]) * (1 + _MARGIN) + _MARGIN
+            best = self._candidates(connection, [phrases[i] for i in rare], everything, limit)
+            if len(best) == limit and best[-1][1] > threshold:
+                return best
+        return None
+
+    def _candidates(
+        self, connection: sqlite3.Connection, rare: Sequence[str], everything: str, limit: int
+    ) -> list[tuple[int, float]]:
+        """The rows holding a ``rare`` phrase with their full scores, the ``limit`` best."""
+        selected = " OR ".join(_quoted(word) for word in rare)
+        score = f"SELECT rowid, bm25({self.table}, {self.weights}) FROM {self.table} WHERE {self.table} MATCH ?"  # noqa: S608
+        doubled = dict(connection.execute(score, (f"({selected}) AND ({everything})",)).fetchall())
+        alone = dict(connection.execute(score, (selected,)).fetchall())
+        full = [(alone[rowid] - twice, rowid) for rowid, twice in doubled.items()]
+        # ties as FTS5 orders them, by rowid (scores equal to 12 digits are ties: the sums' order differs)
+        full.sort(key=lambda scored: (-float(f"{scored[0]:.12g}"), scored[1]))
+        return [(int(rowid), float(value)) for value, rowid in full[:limit]]
+
+
+def _row_count(connection: sqlite3.Connection, table: str) -> int:
+    """FTS5's own count of the table's rows: the first varint of its ``averages`` record (``_data`` row 1)."""
+    found = connection.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchall()  # noqa: S608
+    value = 0
+    for index, byte in enumerate(bytes(found[0][0]) if found else b""):
+        if index == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    return value
+
+
+def _quoted(word: str) -> str:
+    return '"' + word.replace('"', '""') + '"'
