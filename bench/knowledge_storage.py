@@ -2,7 +2,9 @@
 
 Run: ``.venv/bin/python bench/knowledge_storage.py`` (a few minutes on two cores; ``--quick`` indexes one small
 package — ``yaml`` — in seconds; ``--postgres`` adds the PostgreSQL store of
-``berth-postgres`` on a scratch database at 127.0.0.1:5432; ``--packages`` names the installed packages indexed).
+``berth-postgres`` on a scratch database at 127.0.0.1:5432; ``--packages`` names the installed packages indexed;
+``--scale`` measures search at 200k chunks of real code with the ``wordllama`` embedder instead: see
+``bench/knowledge_scale.py``).
 
 The corpus is real text: the ``.py`` files of a few installed packages (default ``pip``, ``pydantic``,
 ``hypothesis``, ``_pytest``, ``rich``, ``mypy``: about 30k chunks), copied into one folder and indexed by
@@ -163,6 +165,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--packages", nargs="+", default=list(DEFAULT_PACKAGES), help="installed packages to index")
     parser.add_argument("--queries", type=int, default=200, help="lexical queries timed")
     parser.add_argument("--quick", action="store_true", help="one small package, 50 queries: the same work in seconds")
+    parser.add_argument(
+        "--scale", action="store_true", help="200k chunks of real code, wordllama: latency, first query, embedding"
+    )
+    parser.add_argument("--keep", type=Path, help="--scale: keep the corpus and index here, reuse them next time")
+    parser.add_argument("--runs", type=int, default=3, help="--scale: runs of the query timings")
+    parser.add_argument("--embed-sample", type=int, default=4096, help="--scale: chunks embedded per throughput run")
     arguments = parser.parse_args(argv)
     if arguments.quick:
         arguments.packages, arguments.queries = ["yaml"], 50
@@ -171,4 +179,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     print(header(), flush=True)
-    asyncio.run(main(parse()))
+    options = parse()
+    if options.scale:
+        import knowledge_scale
+
+        knowledge_scale.main(options.keep, options.runs, options.queries, options.embed_sample)
+    else:
+        asyncio.run(main(options))

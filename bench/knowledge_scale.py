@@ -1,0 +1,269 @@
+"""Knowledge search at 200k chunks of real code (issue 38): query latency, first query after start, embedding.
+
+Run: ``.venv/bin/python bench/knowledge_storage.py --scale`` (``--keep DIR`` keeps the corpus and its index in
+``DIR`` and reuses them on the next run: indexing takes tens of minutes on two cores; ``--runs N`` repeats the
+query timings). Needs ``berth-wordllama``: the default semantic embedder indexes and ranks.
+
+The corpus is the ``.py`` files of the installed packages of :data:`SCALE_PACKAGES` (real code, about 130 MB),
+indexed by ``SourceTree`` into one SQLite space. Printed:
+
+* **query latency** — p50 / p99 in ms over the same seeded three-word queries as the storage bench (drawn from
+  random chunks' words), per run; the table gives the median over runs with (min-max). Arms, timed one after the
+  other for each query: Berth ``lexical``, ``vector`` and ``hybrid`` (``SpaceIndex.search``, limit 5: the whole
+  search, rows and passages included); the baselines, a plain SQLite FTS5 table over the same chunk texts (the
+  default ``unicode61`` tokenizer, ``ORDER BY rank``: its documented configuration) asked the same OR-ed words
+  (lexical), and numpy's brute-force cosine over the same vectors held in RAM, query embedded (vector).
+* **first query after start** — a fresh process opening the built index and running one search: from the
+  process having imported Berth and the embedder to the first result, and from the process's start (the
+  parent's clock: interpreter start and imports included). The page cache is warm (the index was just read).
+* **embedding** — chunks/s of the embedder over a sample of the chunks, embedded as a refresh embeds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from berth.bundle.knowledge import KnowledgeSpace, SourceTree
+from berth.knowledge.service import KnowledgeService
+from berth.knowledge.space import EMBED_BATCH, EMBED_CHARS, IndexProgress, SpaceIndex
+from berth.knowledge.sqlite_store import fts_query
+
+SCALE_PACKAGES = (
+    "sympy", "moto", "numpy", "anthropic", "networkx", "pip", "mypy", "pygments", "langsmith", "schemathesis",
+    "huggingface_hub", "playwright", "setuptools", "redis", "langchain_core", "mpmath", "pydantic", "hypothesis",
+    "mypyc", "pypdf", "langgraph", "graphql", "botocore", "_pytest", "dateparser", "cfnlint", "rich", "mcp", "PIL",
+    "pptx", "fastapi", "openpyxl", "fsspec", "websockets", "werkzeug", "docx", "docker", "antlr4", "cryptography",
+    "attr", "charset_normalizer", "prometheus_client", "greenlet", "aws_xray_sdk", "requests", "yaml", "joserfc",
+    "markdown_it", "pycparser", "httpcore", "starlette", "dateutil", "httpcore2", "uvicorn", "httpx",
+    "pydantic_settings", "lxml", "boto3", "jsonpath_ng", "s3transfer", "idna", "flask", "cffi", "jsonschema",
+    "trafilatura", "mcp_types", "asyncpg", "httpx2", "urllib3", "click", "babel", "pyparsing", "packaging", "jinja2",
+    "anyio", "filelock", "langchain", "langgraph_sdk", "xlsxwriter",
+)  # fmt: skip
+"""Installed packages whose ``.py`` files make the corpus (botocore's data is JSON: only its code counts)."""
+FIRST_QUERY = """
+import time
+import asyncio, json, sys
+from pathlib import Path
+from berth.bundle.knowledge import KnowledgeSpace, SourceTree
+from berth.knowledge.service import KnowledgeService
+from berth_wordllama.embedder import WordLlamaEmbedder
+imported = time.perf_counter()
+service = KnowledgeService(Path({root!r}), WordLlamaEmbedder(), embedder_name="wordllama")
+index = service.open("bench", KnowledgeSpace(name="code", indexer=SourceTree(Path({corpus!r}))))
+hits = asyncio.run(index.search({query!r}, limit=5, mode={mode!r}))
+answered = time.perf_counter()
+print(json.dumps({{"after_imports": answered - imported, "at": time.time(), "hits": len(hits)}}))
+"""
+
+
+def percentiles(samples: Sequence[float]) -> tuple[float, float]:
+    """p50 and p99 (nearest rank), in milliseconds."""
+    ordered = sorted(samples)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] * 1000
+
+    return pick(0.50), pick(0.99)
+
+
+def spread(values: Sequence[float]) -> str:
+    """``median (min-max)``."""
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+class Peers:
+    """The baselines: plain FTS5 over the chunk texts, and numpy brute force over the vectors in RAM."""
+
+    def __init__(self, database: Path, peer_path: Path, embedder: Any) -> None:
+        import numpy as np
+
+        source = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        rows = source.execute("SELECT id, text, vector FROM chunks ORDER BY id").fetchall()
+        source.close()
+        self.embedder = embedder
+        with_vectors = [(i, v) for i, _, v in rows if v is not None]
+        self.ids = np.fromiter((i for i, _ in with_vectors), dtype=np.int64, count=len(with_vectors))
+        self.matrix = (
+            np.frombuffer(b"".join(v for _, v in with_vectors), dtype=np.float32).reshape(len(with_vectors), -1).copy()
+        )
+        fresh = not peer_path.exists()
+        self.fts = sqlite3.connect(peer_path)
+        if fresh:
+            self.fts.execute("CREATE VIRTUAL TABLE docs USING fts5(body)")
+            self.fts.executemany("INSERT INTO docs (rowid, body) VALUES (?, ?)", [(i, t) for i, t, _ in rows])
+            self.fts.commit()
+
+    def lexical(self, query: str, limit: int = 5) -> list[int]:
+        """Plain FTS5 BM25 over the same words Berth asks for."""
+        expression = fts_query(query)
+        sql = "SELECT rowid FROM docs WHERE docs MATCH ? ORDER BY rank LIMIT ?"
+        return [row[0] for row in self.fts.execute(sql, (expression, limit))] if expression else []
+
+    def vector(self, query: str, limit: int = 5) -> list[int]:
+        """Brute-force cosine: the query embedded, one product over every row, the top picked."""
+        import numpy as np
+
+        (vector,) = self.embedder.encode([query])
+        scores = self.matrix @ vector
+        top = np.argpartition(-scores, limit - 1)[:limit]
+        return [int(self.ids[i]) for i in top[np.argsort(-scores[top])]]
+
+
+async def build(root: Path, corpus: Path, embedder: Any) -> tuple[SpaceIndex, dict[str, float]]:
+    """Index (or bring up to date) the corpus; what the refresh did, with its embedding rate when it embedded."""
+    service = KnowledgeService(root / "sqlite", embedder, embedder_name="wordllama")
+    index = service.open("bench", KnowledgeSpace(name="code", indexer=SourceTree(corpus)))
+    phases: dict[str, float] = {}
+
+    def progress(step: IndexProgress) -> None:
+        phases.setdefault(step.phase, time.perf_counter())
+        phases["chunks_total"] = step.chunks_total or phases.get("chunks_total", 0)
+
+    report = await index.refresh(progress=progress)
+    done = {"seconds": report.seconds, "chunks_written": report.chunks_written}
+    if "embedding" in phases and "writing" in phases:
+        done["embedding_rate"] = phases["chunks_total"] / (phases["writing"] - phases["embedding"])
+        done["writing_s"] = report.seconds - (phases["writing"] - phases["listing"])
+    return index, done
+
+
+def embedding_rates(database: Path, embedder: Any, sample: int, runs: int) -> list[float]:
+    """Chunks/s of ``embedder.embed`` over ``sample`` chunks (evenly spaced ids), as a refresh embeds them."""
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    rows = connection.execute("SELECT title, text FROM chunks ORDER BY id").fetchall()
+    connection.close()
+    step = max(len(rows) // sample, 1)
+    texts = [f"{title}\n{text[:EMBED_CHARS]}" for title, text in rows[::step][:sample]]
+
+    async def embed_all() -> None:
+        for start in range(0, len(texts), EMBED_BATCH):
+            await embedder.embed(texts[start : start + EMBED_BATCH])
+
+    asyncio.run(embed_all())  # warm: the weights load on first use
+    rates = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        asyncio.run(embed_all())
+        rates.append(len(texts) / (time.perf_counter() - started))
+    return rates
+
+
+async def direct(search: Any, query: str) -> list[int]:
+    """A peer's search, called in this thread (the peers take no thread hop: their figures are the floor)."""
+    return list(search(query))
+
+
+async def latency(
+    index: SpaceIndex, peers: Peers, asked: Sequence[str], runs: int
+) -> dict[str, list[tuple[float, float]]]:
+    """p50/p99 of each arm per run, the arms timed one after the other for each query."""
+    arms: dict[str, Any] = {
+        "berth lexical": lambda q: index.search(q, limit=5, mode="lexical"),
+        "fts5 bm25 (peer)": lambda q: direct(peers.lexical, q),
+        "berth vector": lambda q: index.search(q, limit=5, mode="vector"),
+        "numpy brute force (peer)": lambda q: direct(peers.vector, q),
+        "berth hybrid": lambda q: index.search(q, limit=5, mode="hybrid"),
+    }
+    for arm in arms.values():  # warm: the first search maps the vectors and loads the embedder
+        await arm(asked[0])
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+    for _ in range(runs):
+        samples: dict[str, list[float]] = {name: [] for name in arms}
+        for query in asked:
+            for name, arm in arms.items():
+                began = time.perf_counter()
+                await arm(query)
+                samples[name].append(time.perf_counter() - began)
+        for name, taken in samples.items():
+            results[name].append(percentiles(taken))
+    return results
+
+
+def first_queries(root: Path, corpus: Path, asked: Sequence[str], runs: int) -> dict[str, list[dict[str, float]]]:
+    """Each mode's first search in ``runs`` fresh processes (a different query each time)."""
+    found: dict[str, list[dict[str, float]]] = {"lexical": [], "hybrid": []}
+    for run in range(runs):
+        for mode in found:
+            script = textwrap.dedent(FIRST_QUERY).format(
+                root=str(root / "sqlite"), corpus=str(corpus), query=asked[-1 - run], mode=mode
+            )
+            started = time.time()
+            done = subprocess.run(
+                [sys.executable, "-c", script], env=os.environ.copy(), capture_output=True, text=True, check=True
+            )
+            line = json.loads(done.stdout.strip().splitlines()[-1])
+            found[mode].append({"after_imports": line["after_imports"], "from_start": line["at"] - started})
+    return found
+
+
+async def run_scale(root: Path, runs: int, count: int, embed_sample: int) -> None:
+    """Build (or reuse) the corpus and index under ``root``, then measure and print every table."""
+    from knowledge_storage import copy_packages, queries
+
+    from berth_wordllama.embedder import WordLlamaEmbedder
+
+    corpus = root / "corpus"
+    if not corpus.is_dir():
+        source_bytes = copy_packages(SCALE_PACKAGES, corpus)
+        print(f"corpus: copied {source_bytes / 1e6:.1f} MB of .py files", flush=True)
+    embedder = WordLlamaEmbedder()
+    index, built = await build(root, corpus, embedder)
+    status = await index.status()
+    database = root / "sqlite" / "spaces" / "bench" / "code.sqlite3"
+    files = sum(status.files.values())
+    print(f"corpus: the .py files of {len(SCALE_PACKAGES)} installed packages: {', '.join(SCALE_PACKAGES)}")
+    print(f"index: {files} files, {status.chunks} chunks, {database.stat().st_size / 1e6:.0f} MB SQLite "
+          f"(+{sum(p.stat().st_size for p in database.with_suffix('.vectors').glob('*')) / 1e6:.0f} MB vector "
+          f"files); this refresh {built['seconds']:.1f} s, {built['chunks_written']:.0f} chunks written")  # fmt: skip
+    if "embedding_rate" in built:
+        print(f"refresh embedding phase: {built['embedding_rate']:.0f} chunks/s")
+    rates = await asyncio.to_thread(embedding_rates, database, embedder, embed_sample, 3)
+    print(f"embedding (wordllama, {embed_sample} chunks, batches of {EMBED_BATCH}, 3 runs): "
+          f"{spread(rates)} chunks/s", flush=True)  # fmt: skip
+    asked = await queries(index, count)
+    peers = Peers(database, root / "peer-fts5.sqlite3", embedder)
+    results = await latency(index, peers, asked, runs)
+    await index.aclose()
+    print(f"\nquery latency, {status.chunks} chunks, {count} queries, {runs} runs: median over runs (min-max), ms")
+    print(f"{'arm':<28}{'p50':>22}{'p99':>22}")
+    for name, per_run in results.items():
+        print(f"{name:<28}{spread([p for p, _ in per_run]):>22}{spread([p for _, p in per_run]):>22}")
+
+    def ratio(arm: str, peer: str, at: int) -> float:
+        return statistics.median(x[at] for x in results[arm]) / statistics.median(x[at] for x in results[peer])
+
+    print(f"ratio berth lexical / fts5 peer: p50 {ratio('berth lexical', 'fts5 bm25 (peer)', 0):.2f}x, "
+          f"p99 {ratio('berth lexical', 'fts5 bm25 (peer)', 1):.2f}x")  # fmt: skip
+    print(f"ratio berth vector / numpy peer: p50 {ratio('berth vector', 'numpy brute force (peer)', 0):.2f}x, "
+          f"p99 {ratio('berth vector', 'numpy brute force (peer)', 1):.2f}x")  # fmt: skip
+    first = first_queries(root, corpus, asked, runs)
+    print(f"\nfirst query after start (fresh process, warm page cache, {runs} runs): median (min-max), ms")
+    print(f"{'mode':<10}{'after imports':>24}{'from process start':>24}")
+    for mode, taken in first.items():
+        print(f"{mode:<10}{spread([t['after_imports'] * 1000 for t in taken]):>24}"
+              f"{spread([t['from_start'] * 1000 for t in taken]):>24}")  # fmt: skip
+
+
+def main(keep: Path | None, runs: int, count: int, embed_sample: int) -> None:
+    """``--scale`` of ``bench/knowledge_storage.py``: in ``keep`` (reused), else a temporary folder."""
+    random.seed(5)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        asyncio.run(run_scale(keep, runs, count, embed_sample))
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="berth-bench-scale-") as folder:
+        asyncio.run(run_scale(Path(folder), runs, count, embed_sample))
