@@ -85,14 +85,9 @@ class FtsTopK:
         bound = [max(math.log((rows - n + 0.5) / (n + 0.5)), 1e-6) * (K1 + 1.0) for n in counts]
         order = sorted(range(len(phrases)), key=lambda i: counts[i])
         everything = " OR ".join(_quoted(word) for word in phrases)
-        for size in range(1, len(phrases)):
-            rare = order[:size]
-            if sum(counts[i] for i in rare) > self.budget:
-                return None
-            if sum(counts[i] for i in rare) < limit:
-                continue
+        for size in _attempts([counts[i] for i in order], limit, max(self.budget, sum(counts) // 3)):
             threshold = sum(bound[i] for i in order[size:]) * (1 + _MARGIN) + _MARGIN
-            best = self._candidates(connection, [phrases[i] for i in rare], everything, limit)
+            best = self._candidates(connection, [phrases[i] for i in order[:size]], everything, limit)
             if len(best) == limit and best[-1][1] > threshold:
                 return best
         return None
@@ -109,6 +104,22 @@ class FtsTopK:
         # ties as FTS5 orders them, by rowid (scores equal to 12 digits are ties: the sums' order differs)
         full.sort(key=lambda scored: (-float(f"{scored[0]:.12g}"), scored[1]))
         return [(int(rowid), float(value)) for value, rowid in full[:limit]]
+
+
+def _attempts(ascending: Sequence[int], limit: int, allowed: int) -> list[int]:
+    """How many of the rarest phrases to try as candidates, fewest first: each try whose rows could fill
+    ``limit``, while the rows of all the tries stay within ``allowed`` (a failed try costs its rows twice)."""
+    sizes: list[int] = []
+    spent = 0
+    for size in range(1, len(ascending)):
+        rows = sum(ascending[:size])
+        if rows < limit:
+            continue
+        spent += rows
+        if spent > allowed:
+            break
+        sizes.append(size)
+    return sizes
 
 
 def _row_count(connection: sqlite3.Connection, table: str) -> int:
