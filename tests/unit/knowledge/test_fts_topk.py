@@ -57,19 +57,20 @@ async def test_pruned_rankings_are_fts5_s_own(store: SqliteSpaceStore) -> None:
             if answer is None:
                 continue
             pruned += 1
-            assert [rowid for rowid, _ in answer] == [rowid for rowid, _ in full], query
-            assert [round(score, 9) for _, score in answer] == [round(score, 9) for _, score in full], query
+            # the same rows with the same scores, in the same order but among rows whose scores differ only in
+            # the last bits (the sums are added in another order: FTS5's own tie order is not kept there)
+            assert {rowid for rowid, _ in answer} == {rowid for rowid, _ in full}, query
+            for (_, mine), (_, its) in zip(answer, full, strict=True):
+                assert mine == pytest.approx(its, rel=1e-9, abs=1e-12), query
             assert await store.lexical(query, limit) == answer
-    assert pruned >= 50, f"only {pruned} rankings were pruned: the fixture no longer exercises pruning"
+    assert pruned >= 100, f"only {pruned} rankings were pruned: the fixture no longer exercises pruning"
     store.close()
 
 
 async def test_a_query_pruning_cannot_answer_runs_in_full(store: SqliteSpaceStore) -> None:
     store._top = FtsTopK("chunks_fts", TOKENIZER, (3.0, 2.0, 1.0), budget=60)
-    assert store._pruned("self return value", 5) is None, "common words only: more rows than the budget"
+    two_tokens = "self\u2014return value"  # an em dash: one query word, two tokens to FTS5
+    assert store._pruned(two_tokens, 5) is None, "a phrase of two tokens: the full query"
     assert store._pruned("parse3", 5) is None, "one word: nothing to prune"
-    found = await store.lexical("self return value", 5)
-    assert [rowid for rowid, _ in found] == [
-        rowid for rowid, _ in store._read(FULL, (fts_query("self return value"), 5))
-    ]
+    assert await store.lexical(two_tokens, 5) == store._read(FULL, (fts_query(two_tokens), 5))
     store.close()
