@@ -59,7 +59,10 @@ def copy_packages(packages: Sequence[str], target: Path) -> int:
 def percentiles(samples: Sequence[float]) -> tuple[float, float]:
     """p50 and p99 (nearest rank), in milliseconds."""
     ordered = sorted(samples)
-    pick = lambda q: ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] * 1000  # noqa: E731
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] * 1000
+
     return pick(0.50), pick(0.99)
 
 
@@ -67,7 +70,7 @@ async def queries(index: SpaceIndex, count: int) -> list[str]:
     """``count`` three-word queries drawn from random chunks (seeded)."""
     rng = random.Random(5)
     texts = [text for _, text in await index.store.texts()]
-    picked = []
+    picked: list[str] = []
     while len(picked) < count:
         words = _WORD.findall(rng.choice(texts))
         if len(words) >= 3:
