@@ -237,9 +237,9 @@ async def run_scale(root: Path, runs: int, count: int, embed_sample: int) -> Non
     results = await latency(index, peers, asked, runs)
     await index.aclose()
     print(f"\nquery latency, {status.chunks} chunks, {count} queries, {runs} runs: median over runs (min-max), ms")
-    print(f"{'arm':<28}{'p50':>22}{'p99':>22}")
+    print(f"{'arm':<28}{'p50':>26}{'p99':>26}")
     for name, per_run in results.items():
-        print(f"{name:<28}{spread([p for p, _ in per_run]):>22}{spread([p for _, p in per_run]):>22}")
+        print(f"{name:<28}{spread([p for p, _ in per_run]):>26}{spread([p for _, p in per_run]):>26}")
 
     def ratio(arm: str, peer: str, at: int) -> float:
         return statistics.median(x[at] for x in results[arm]) / statistics.median(x[at] for x in results[peer])
