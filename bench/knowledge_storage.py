@@ -4,7 +4,7 @@ Run: ``.venv/bin/python bench/knowledge_storage.py`` (a few minutes on two cores
 package — ``yaml`` — in seconds; ``--postgres`` adds the PostgreSQL store of
 ``berth-postgres`` on a scratch database at 127.0.0.1:5432; ``--packages`` names the installed packages indexed;
 ``--scale`` measures search at 200k chunks of real code with the ``wordllama`` embedder instead: see
-``bench/knowledge_scale.py``).
+``bench/_knowledge_scale.py``).
 
 The corpus is real text: the ``.py`` files of a few installed packages (default ``pip``, ``pydantic``,
 ``hypothesis``, ``_pytest``, ``rich``, ``mypy``: about 30k chunks), copied into one folder and indexed by
@@ -184,7 +184,7 @@ if __name__ == "__main__":
     print(header(), flush=True)
     options = parse()
     if options.scale:
-        import knowledge_scale
+        import _knowledge_scale as knowledge_scale
 
         knowledge_scale.main(options.keep, options.runs, options.queries, options.embed_sample)
     else:

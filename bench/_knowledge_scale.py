@@ -1,5 +1,7 @@
 """Knowledge search at 200k chunks of real code (issue 38): query latency, first query after start, embedding.
 
+A module of ``bench/knowledge_storage.py --scale``, not a script (hence the underscore).
+
 Run: ``.venv/bin/python bench/knowledge_storage.py --scale`` (``--keep DIR`` keeps the corpus and its index in
 ``DIR`` and reuses them on the next run: indexing takes tens of minutes on two cores; ``--runs N`` repeats the
 query timings). Needs ``berth-wordllama``: the default semantic embedder indexes and ranks.
