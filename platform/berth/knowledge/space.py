@@ -268,14 +268,13 @@ class SpaceIndex:
         """
         mode = self.effective_mode(mode)
         code = CodeQuery.parse(query)
-        rankings: list[list[str]] = []
+        wanted: list[Awaitable[list[tuple[int, float]]]] = []
         if mode in ("hybrid", "lexical"):
-            rankings.append([str(i) for i, _ in await self.store.lexical(query, CANDIDATES, within=within)])
+            wanted.append(self.store.lexical(query, CANDIDATES, within=within))
         if mode == "vector" or (mode == "hybrid" and self.fuses_vectors):
-            import numpy as np  # with the first vector search: a host whose spaces search lexically never loads it
-
-            vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
-            rankings.append([str(i) for i, _ in await self.store.nearest(vector, CANDIDATES, within=within)])
+            wanted.append(self._nearest(query, CANDIDATES, within))
+        # both at once: the query is embedded (and, the first time, numpy and the model loaded) while FTS5 ranks
+        rankings = [[str(i) for i, _ in ranked] for ranked in await asyncio.gather(*wanted)]
         fused = {int(key): score for key, score in fuse_rankings(rankings, k=DEFAULT_RRF_K).items()}
         named = await self.definitions_named(code, within)
         rows = await self.store.chunk_rows([*fused, *named])
@@ -288,6 +287,13 @@ class SpaceIndex:
         return [
             KnowledgeHit(self.name, row, round(score, 5), passage(row.text, query)) for row, score in scored[:limit]
         ]
+
+    async def _nearest(self, query: str, count: int, within: ChunkFilter | None) -> list[tuple[int, float]]:
+        """The chunks nearest to the query's embedding."""
+        import numpy as np  # with the first vector search: a host whose spaces search lexically never loads it
+
+        vector = np.asarray(await self.embedder.embed_query(query), dtype=np.float32)
+        return await self.store.nearest(vector, count, within=within)
 
     def effective_mode(self, mode: SearchMode) -> SearchMode:
         """How this space answers ``mode``: ``vector`` is ``lexical`` when it has no semantic embedder."""
