@@ -33,7 +33,7 @@ from berth.api.schemas import (
     TurnOut,
     TurnStarted,
 )
-from berth.api.sse import parse_last_event_id
+from berth.api.sse import EventStreamResponse, parse_last_event_id
 from berth.runtime.live import LiveEvent
 from berth.runtime.paths import FilePath, LogicalPathError, ToolCallPath, parse_path
 from berth.runtime.tool_calls import full_result_artifact
@@ -320,7 +320,7 @@ class StartTurnRoute(Route):
 
 def _event_stream(frames: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> StreamingResponse:
     """A turn's SSE frames as a response (not cached, not buffered by proxies)."""
-    return StreamingResponse(
+    return EventStreamResponse(
         frames,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
