@@ -14,7 +14,7 @@ alternates too):
 
 The table gives medians with min-max over ``--windows`` windows and new ÷ old of the medians.
 
-    .venv/bin/python bench/api_ab.py --old /work/base --new /work/branch --windows 5 [--tmpfs]
+    .venv/bin/python bench/api_ab.py --old /work/base --new /work/branch --windows 5 [--tmpfs] [--no-latency] [--quick]
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from _machine import header
 from _servers import free_port, launch
-from api_load import ANSWER, GATEWAY, TMPFS, TOOL_CALL, Run, Server, latency, percentile, throughput
+from api_load import ANSWER, GATEWAY, ROOT, TMPFS, TOOL_CALL, Run, Server, latency, percentile, throughput
 
 KIND = "berth-one-request"
 
@@ -98,9 +99,11 @@ def report(old: Arm, new: Arm, rate: float, args: argparse.Namespace) -> None:
     """Medians (min-max) per arm and new ÷ old."""
     rows: list[tuple[str, str, str, str]] = []
 
-    def add(label: str, runs_old: list[Run], runs_new: list[Run], metric: object, digits: int = 2) -> None:
-        a = [metric(r) for r in runs_old]  # type: ignore[operator]
-        b = [metric(r) for r in runs_new]  # type: ignore[operator]
+    def add(
+        label: str, runs_old: list[Run], runs_new: list[Run], metric: Callable[[Run], float], digits: int = 2
+    ) -> None:
+        a = [metric(r) for r in runs_old]
+        b = [metric(r) for r in runs_new]
         rows.append((label, spread(a, digits), spread(b, digits), f"{statistics.median(b) / statistics.median(a):.3f}"))
 
     def cpu(r: Run) -> float:
@@ -121,7 +124,17 @@ def report(old: Arm, new: Arm, rate: float, args: argparse.Namespace) -> None:
         add("first delta p99 ms", old.loaded, new.loaded, p99_ms, 1)
     print_rows(rows)
     errors = sum(r.errors for arm in (old, new) for r in (*arm.saturation, *arm.loaded))
+
+    def cpu_ratio(runs_old: list[Run], runs_new: list[Run]) -> str:
+        return f"{statistics.median(map(cpu, runs_new)) / statistics.median(map(cpu, runs_old)):.3f}"
+
+    line = f"ratio new / old server CPU per turn: {cpu_ratio(old.saturation, new.saturation)} (saturation)"
+    if old.loaded:
+        line += f", {cpu_ratio(old.loaded, new.loaded)} (latency run)"
+    print(line)
     print(f"errors: {errors}")
+    if errors:
+        raise SystemExit(1)
 
 
 def print_rows(rows: list[tuple[str, str, str, str]]) -> None:
@@ -134,15 +147,18 @@ def print_rows(rows: list[tuple[str, str, str, str]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--old", type=Path, required=True, help="the baseline checkout's root")
-    parser.add_argument("--new", type=Path, required=True, help="the changed checkout's root")
+    parser.add_argument("--old", type=Path, default=ROOT, help="the baseline checkout's root (default: this one)")
+    parser.add_argument("--new", type=Path, default=ROOT, help="the changed checkout's root (default: this one)")
     parser.add_argument("--windows", type=int, default=5, help="windows per server and measurement")
     parser.add_argument("--conversations", type=int, default=200, help="simulated users (connections)")
     parser.add_argument("--duration", type=float, default=6.0, help="seconds of each window")
     parser.add_argument("--rate", type=float, default=None, help="latency arrivals/s (default: 75%% of old's)")
     parser.add_argument("--no-latency", action="store_true", help="throughput windows only")
     parser.add_argument("--tmpfs", action="store_true", help="the servers' data on /dev/shm")
+    parser.add_argument("--quick", action="store_true", help="10 users, 2 windows of 1 s: a smoke test")
     args = parser.parse_args()
+    if args.quick:
+        args.conversations, args.duration, args.windows = 10, 1.0, 2
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(dir=TMPFS if args.tmpfs else None) as data:
         descriptors = write_descriptors(Path(tmp))
         old = Arm(start("old", args.old, descriptors, Path(data) / "old"))
