@@ -58,7 +58,7 @@ import tempfile
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -375,8 +375,11 @@ class Server:
         stop(self.process)
 
 
-def start_berth(work: Path, var: Path, name: str = "berth") -> Server:
-    """``berth run`` on a free port with the scripted tool-turn model and the hello bundle, its data in ``var``."""
+def start_berth(
+    work: Path, var: Path, name: str = "berth", *, wrap: Sequence[str] = (), timeout_s: float = 60
+) -> Server:
+    """``berth run`` on a free port with the scripted tool-turn model and the hello bundle, its data in ``var``
+    (run under ``wrap``, e.g. valgrind, when given: ``bench/http_instructions.py``)."""
     script = work / "script.yaml"
     script.write_text(yaml.safe_dump({"chunk_size": 24, "by_round": True, "responses": [TOOL_CALL, ANSWER]}))
     descriptors = work / "descriptors"
@@ -394,19 +397,20 @@ def start_berth(work: Path, var: Path, name: str = "berth") -> Server:
         (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
-    command = [str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]
+    command = [*wrap, str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]
     command += ["--port", str(port), "--var", str(var)]
-    process = launch(command, f"http://127.0.0.1:{port}/readyz", env=env)
+    process = launch(command, f"http://127.0.0.1:{port}/readyz", env=env, timeout_s=timeout_s)
     return Server(name, "berth", process, port)
 
 
-def start_bare(work: Path, frames: list[str]) -> Server:
-    """The bare ``StreamingResponse`` replaying ``frames``."""
+def start_bare(work: Path, frames: list[str], *, wrap: Sequence[str] = (), timeout_s: float = 60) -> Server:
+    """The bare ``StreamingResponse`` replaying ``frames`` (run under ``wrap`` when given)."""
     (work / "frames.txt").write_text("\x1e".join(frames))
     (work / "bare.py").write_text(BARE_APP)
     port = free_port()
-    command = [sys.executable, str(work / "bare.py"), str(work / "frames.txt"), str(port)]
-    return Server("bare StreamingResponse", "bare", launch(command, f"http://127.0.0.1:{port}/docs"), port)
+    command = [*wrap, sys.executable, str(work / "bare.py"), str(work / "frames.txt"), str(port)]
+    process = launch(command, f"http://127.0.0.1:{port}/docs", timeout_s=timeout_s)
+    return Server("bare StreamingResponse", "bare", process, port)
 
 
 def peer_missing() -> str | None:
@@ -421,12 +425,15 @@ def peer_missing() -> str | None:
     return None
 
 
-def start_peer(data: Path, builder: str, suffix: str = "") -> Server:
-    """The LangGraph peer (``bench/_langgraph_peer.py``) with ``builder``, its SQLite file in ``data``, warmed."""
+def start_peer(
+    data: Path, builder: str, suffix: str = "", *, wrap: Sequence[str] = (), timeout_s: float = 60
+) -> Server:
+    """The LangGraph peer (``bench/_langgraph_peer.py``) with ``builder``, its SQLite file in ``data``, warmed
+    (run under ``wrap`` when given)."""
     port = free_port()
     database = str(data / f"{builder}.sqlite")
-    command = [sys.executable, str(ROOT / "bench" / "_langgraph_peer.py"), str(port), database, builder]
-    process = launch(command, f"http://127.0.0.1:{port}/ready")
+    command = [*wrap, sys.executable, str(ROOT / "bench" / "_langgraph_peer.py"), str(port), database, builder]
+    process = launch(command, f"http://127.0.0.1:{port}/ready", timeout_s=timeout_s)
     server = Server(f"LangGraph {builder} + AsyncSqliteSaver{suffix}", "peer", process, port)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:

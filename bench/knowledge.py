@@ -17,7 +17,9 @@ also scores quality on the PostgreSQL store of ``berth-postgres``, on a scratch 
    ``--runs``. Then, for the questions that carry an ``answer``
    phrase: how often the passage a hit shows (``berth.knowledge.passage``) holds the phrase, for the best
    relevant hit in the top 5 of hybrid search whose chunk holds it, against the 240-character window hits
-   showed before (the baseline).
+   showed before (the baseline). Last, each arm's recall@5 and MRR@10 on the two halves of the questions
+   (``question_half``: by a hash of the question's text), so a ranking change is chosen on the tuning half and
+   checked on the held-out half, never fitted question by question.
 2. **Query latency** — a synthetic corpus of 10k and 100k chunks (Zipf-distributed words from a 20k-word
    vocabulary, ~40 words per chunk); 200 three-word queries; p50/p99 in ms of ``SpaceIndex.search`` per
    mode (hybrid fuses both rankings here, as it does with a semantic embedder). The peer is
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import random
 import statistics
@@ -68,6 +71,13 @@ REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = REPO / "tests" / "data" / "knowledge_questions.yaml"
 MODES: tuple[SearchMode, ...] = ("lexical", "vector", "hybrid")
 KINDS = ("paraphrase", "lexical", "detail")
+HALVES = ("tuning", "held-out")
+
+
+def question_half(question: str) -> str:
+    """The half of the labelled questions ``question`` belongs to: ``tuning`` or ``held-out``, by the parity of the
+    first byte of the SHA-256 of its text (deterministic, independent of the file's order; 72 and 74 of the 146)."""
+    return HALVES[hashlib.sha256(question.encode("utf-8")).digest()[0] % 2]
 
 
 def embedders(names: Sequence[str]) -> dict[str, Embedder]:
@@ -110,6 +120,8 @@ class Quality:
     answers: tuple[int, int, int, int] | None = None
     """(the passage holds the answer phrase, the 240-character window holds it, questions measured: a relevant
     hit in the top 5 whose chunk holds the phrase, questions with a phrase); hybrid mode only."""
+    by_half: dict[str, tuple[float, float]] | None = None
+    """(recall@5, MRR@10) on each half of the questions (:func:`question_half`)."""
 
 
 def plain(text: str) -> str:
@@ -214,24 +226,33 @@ class Scores:
     """Recall@5 and MRR@10 of one arm, overall and per kind of question."""
 
     def __init__(self) -> None:
-        self.found_at_5: dict[str, int] = dict.fromkeys(("all", *KINDS), 0)
-        self.asked: dict[str, int] = dict.fromkeys(("all", *KINDS), 0)
-        self.reciprocal = 0.0
+        self.found_at_5: dict[str, int] = dict.fromkeys(("all", *KINDS, *HALVES), 0)
+        self.asked: dict[str, int] = dict.fromkeys(("all", *KINDS, *HALVES), 0)
+        self.reciprocal: dict[str, float] = dict.fromkeys(("all", *HALVES), 0.0)
 
     def add(self, item: dict[str, Any], paths: Sequence[str]) -> None:
         """Score one question's ranking (its hits' ``ks:`` paths, best first)."""
         answers = set(item["answers"])
         ranks = [rank for rank, path in enumerate(paths[:10], start=1) if relevant(path, answers)]
-        for key in ("all", item.get("kind", "lexical")):
+        half = question_half(item["question"])
+        for key in ("all", item.get("kind", "lexical"), half):
             self.asked[key] += 1
             self.found_at_5[key] += bool(ranks and ranks[0] <= 5)
-        self.reciprocal += 1.0 / ranks[0] if ranks else 0.0
+        for key in ("all", half):
+            self.reciprocal[key] += 1.0 / ranks[0] if ranks else 0.0
 
     def quality(self, label: str, mode: str, answers: tuple[int, int, int, int] | None = None) -> Quality:
         """The arm's row."""
         by_kind = {kind: self.found_at_5[kind] / self.asked[kind] for kind in KINDS if self.asked[kind]}
         total = max(self.asked["all"], 1)
-        return Quality(label, mode, self.found_at_5["all"] / total, self.reciprocal / total, by_kind, answers)
+        halves = {
+            half: (self.found_at_5[half] / self.asked[half], self.reciprocal[half] / self.asked[half])
+            for half in HALVES
+            if self.asked[half]
+        }
+        return Quality(
+            label, mode, self.found_at_5["all"] / total, self.reciprocal["all"] / total, by_kind, answers, halves
+        )
 
 
 def plain_bm25() -> Quality:
@@ -558,6 +579,15 @@ async def quality_part(arguments: argparse.Namespace, root: Path) -> None:
                 f"({window_holds / measured:.2f}); measured: a relevant hit in the top 5 holds the phrase "
                 f"({measured} of {phrased} questions with an answer phrase)"
             )
+    sizes = {half: sum(question_half(item["question"]) == half for item in questions) for half in HALVES}
+    print(f"by half of the questions ({', '.join(f'{half} {n}' for half, n in sizes.items())}):")
+    print(f"{'embedder':<10}{'mode':<10}" + "".join(f"{half + ' r@5':>16}{half + ' MRR':>16}" for half in HALVES))
+    for row in rows:
+        by_half = row.by_half or {}
+        cells = "".join(
+            f"{by_half[half][0]:>16.3f}{by_half[half][1]:>16.3f}" if half in by_half else " " * 32 for half in HALVES
+        )
+        print(f"{row.embedder:<10}{row.mode:<10}{cells}")
     bm25 = next((row.mrr_at_10 for row in rows if row.embedder == "bm25"), None)
     for name in dict.fromkeys(row.embedder for row in rows if row.mode == "hybrid"):
         by_mode = {row.mode: row.mrr_at_10 for row in rows if row.embedder == name}

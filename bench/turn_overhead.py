@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _machine import header
+from _machine import calibration_s, header
 
 from berth.config import Configuration
 from berth.config.models.assembly import ModelRef
@@ -420,10 +420,13 @@ def print_table(berth: Measured, others: dict[str, Measured]) -> None:
             line += f"{pick(measured):>{width}.3f}{pick(measured) / pick(berth):>8.1f}x"
         print(line)
     print()
+    scale = calibration_s()  # the targets are stated for a machine whose 10M-addition loop takes ~1 s
+    at_100, at_40 = 0.6 * scale, 0.8 * scale
     print(
-        f"targets (issue 6): ≤ 0.5 ms per round at 100 rounds — Berth {berth.median_single(100):.3f} ms "
-        f"({'met' if berth.median_single(100) <= 0.5 else 'MISSED'}); ≤ 1 ms at turn {LONG_TURNS} — "
-        f"Berth {berth.median_turn_40:.3f} ms ({'met' if berth.median_turn_40 <= 1.0 else 'MISSED'})"
+        f"targets (issue 39, for a machine whose 10M-addition loop takes ~1 s; here {scale:.2f} s, so scaled by it): "
+        f"≤ {at_100:.3f} ms per round at 100 rounds — Berth {berth.median_single(100):.3f} ms "
+        f"({'met' if berth.median_single(100) <= at_100 else 'MISSED'}); ≤ {at_40:.3f} ms at turn {LONG_TURNS} — "
+        f"Berth {berth.median_turn_40:.3f} ms ({'met' if berth.median_turn_40 <= at_40 else 'MISSED'})"
     )
 
 

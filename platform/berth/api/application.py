@@ -55,6 +55,8 @@ def build_app(host: HostServices, *, govern_heap: bool = False) -> FastAPI:
         app.include_router(router)
     app.mount("/static", SafeStaticFiles(directory=ops.STATIC), name="static")
     app.router.routes.append(mcp_endpoint.route())
+    # The hot route first: every turn starts there (see StartTurnRoute).
+    app.router.routes.insert(0, conversations.StartTurnRoute())
 
     # One layer for header limits, hardening headers, CORS, latency and body limits (berth.api.edge: it does
     # what five separate layers did, in their order, at one call per request and one comparison per streamed frame).

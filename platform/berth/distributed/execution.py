@@ -18,7 +18,7 @@ from berth.logs import bound
 from berth.runtime.events import TurnEvent
 from berth.runtime.live import LiveEvent, LiveInboxClosedError, attachment_notices
 from berth.runtime.loop import TurnInput
-from berth.storage.claims import ParkedTurn
+from berth.storage.claims import ClaimedTurn, ParkedTurn
 from berth.storage.conversations import StorageError, TurnLog
 from berth.storage.scope import ConversationScope
 from berth.turns.control import decode_attachments
@@ -55,6 +55,11 @@ class QueuedTurnRunner:
         """Attempts a turn gets before it is parked (``platform.storage.max_turn_attempts``)."""
         self.last_attempts: set[str] = set()
         """The turns this worker runs on their last attempt: while one runs, the worker claims no other turn."""
+        self._held: set[str] = set()
+        """The turns this worker has claimed and not finished (registered in ``services.turns`` a moment later)."""
+        self._claiming = asyncio.Lock()
+        """One claim at a time in this worker: whether a turn runs alone is decided against every turn it holds,
+        including one whose claim is on its way (two last attempts claimed at once would each think it alone)."""
 
     async def run_queued(self, entry: QueueEntry) -> Literal["ran", "ended", "elsewhere", "retry", "isolate"]:
         """Worker side: claim a queued turn and run it to its commit.
@@ -73,45 +78,59 @@ class QueuedTurnRunner:
         resumed after its last logged round. Each claim is one attempt; the claim after ``max_turn_attempts``
         parks the turn (stored ``failed``, ``turn_poisoned``) and tells its clients so.
         """
-        parts = self.distributed
-        if self.last_attempts:  # a last attempt runs alone both ways: nothing joins it either
-            return "isolate"
-        alone = not self.services.turns  # the turns this process runs now
-        try:
-            claimed = await parts.claims.claim_turn(
-                entry.scope, entry.turn_id, max_attempts=self.max_attempts, alone=alone
-            )
-        except StorageError as error:
-            if error.code == "turn_needs_isolation":
-                log.info("turn %s runs its last attempt alone: it waits until this worker is idle", entry.turn_id)
+        async with self._claiming:
+            if self.last_attempts:  # a last attempt runs alone both ways: nothing joins it either
                 return "isolate"
-            if error.code in ("turn_owned", "turn_not_found"):
-                log.info("queued turn %s is not this worker's to run: %s", entry.turn_id, error.message)
-                return "elsewhere" if error.code == "turn_owned" else "ended"
-            raise
-        if claimed is None or isinstance(claimed, ParkedTurn):
-            if isinstance(claimed, ParkedTurn):
-                log.error("turn %s parked after %d attempts: %s", entry.turn_id, claimed.attempts, claimed.error)
-                self.services.metrics.turn_unrunnable(entry.scope.tenant, "poisoned")
-                await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
-            await self.services.tell_stored_end(entry.scope, entry.turn_id)
-            return "ended"
+            alone = not self.services.turns and not self._held  # the turns this process runs now
+            try:
+                claimed = await self.distributed.claims.claim_turn(
+                    entry.scope, entry.turn_id, max_attempts=self.max_attempts, alone=alone
+                )
+            except StorageError as error:
+                if error.code == "turn_needs_isolation":
+                    log.info("turn %s runs its last attempt alone: it waits until this worker is idle", entry.turn_id)
+                    return "isolate"
+                if error.code in ("turn_owned", "turn_not_found"):
+                    log.info("queued turn %s is not this worker's to run: %s", entry.turn_id, error.message)
+                    return "elsewhere" if error.code == "turn_owned" else "ended"
+                raise
+            if isinstance(claimed, ClaimedTurn):
+                self._held.add(entry.turn_id)
+                if self.max_attempts is not None and 2 <= claimed.attempt == self.max_attempts:
+                    self.last_attempts.add(entry.turn_id)
+        if not isinstance(claimed, ClaimedTurn):
+            return await self._tell_unrun_end(entry, claimed)
+        try:
+            return await self._run_attempt(entry, claimed)
+        finally:
+            self._held.discard(entry.turn_id)
+            self.last_attempts.discard(entry.turn_id)
+
+    async def _tell_unrun_end(self, entry: QueueEntry, parked: ParkedTurn | None) -> Literal["ended"]:
+        """A claim found nothing to run: the turn had ended (``parked`` None) or was parked now; tell its end."""
+        if parked is not None:
+            log.error("turn %s parked after %d attempts: %s", entry.turn_id, parked.attempts, parked.error)
+            self.services.metrics.turn_unrunnable(entry.scope.tenant, "poisoned")
+            await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
+        await self.services.tell_stored_end(entry.scope, entry.turn_id)
+        return "ended"
+
+    async def _run_attempt(
+        self, entry: QueueEntry, claimed: ClaimedTurn
+    ) -> Literal["ran", "ended", "elsewhere", "retry"]:
+        """Run one claimed attempt at a turn, its events to Redis (see :meth:`run_queued`)."""
         self.services.metrics.turn_attempt(entry.scope.tenant)
-        events = parts.event_log(entry.turn_id)
+        events = self.distributed.event_log(entry.turn_id)
         await events.take_over(epoch_floor(claimed.attempt - 1))
         request = TurnRequest.from_bytes(claimed.request)
         if request.tenant_lease:
             await self.services.admission.adopt_lease(entry.scope.tenant, entry.turn_id)
         kept = True
-        last = self.max_attempts is not None and 2 <= claimed.attempt == self.max_attempts
-        if last:
-            self.last_attempts.add(entry.turn_id)
         try:
             kept = await self._run_claimed(entry, claimed.log, request, events)
         except _AttemptFailedError as failed:
             return await self._after_failed_attempt(entry, failed.error)
         finally:
-            self.last_attempts.discard(entry.turn_id)
             if request.tenant_lease and kept:
                 await self.services.admission.release_lease(entry.scope.tenant, entry.turn_id)
         return "ran" if kept else "elsewhere"

@@ -924,8 +924,7 @@ class HostServices:
             events = self.distributed.event_log(turn_id)
             if record.state in ("accepted", "running") or await events.exists():
                 return self._redis_frames(scope, turn_id, events, after)
-        ended = await self.stored_turn_end(scope, turn_id)
-        return _single_frame(encode_frame(f"{turn_id}:{after + 1}", ended))
+        return _single_frame(await self.stored_end_frame(scope, turn_id, after))
 
     async def _redis_frames(
         self, scope: ConversationScope, turn_id: str, events: RedisTurnEventLog, after: int
@@ -953,7 +952,17 @@ class HostServices:
         # The stored end, unless the client has had it: a worker died between the commit and the end event, or
         # the log ends before the client's position (Redis lost it after the client read it).
         if not told_end and (past_end or not await events.holds_end()):
-            yield encode_frame(f"{turn_id}:{last + 1}", await self.stored_turn_end(scope, turn_id))
+            yield await self.stored_end_frame(scope, turn_id, last)
+
+    async def stored_end_frame(self, scope: ConversationScope, turn_id: str, after: int) -> bytes:
+        """The SSE frame of :meth:`stored_turn_end` for a client that has read up to sequence ``after``.
+
+        It is numbered after the client's position and after every attempt's epoch (as :meth:`tell_stored_end`
+        numbers it), never ``after + 1`` alone: when Redis lost a turn's events, number ``after + 1`` may have been
+        another event that some other client read before the loss, and one number never names two events.
+        """
+        event, attempts = await self._stored_end(scope, turn_id)
+        return encode_frame(f"{turn_id}:{max(after, epoch_floor(attempts)) + 1}", event)
 
     async def stored_turn_end(self, scope: ConversationScope, turn_id: str) -> TurnEvent:
         """The last event of a turn this process does not hold (it ran before a restart), from its stored record.
@@ -965,6 +974,10 @@ class HostServices:
         ``running`` after the load belongs to another live process on the same storage root: 409
         ``turn_elsewhere``, since its events are that process's.
         """
+        return (await self._stored_end(scope, turn_id))[0]
+
+    async def _stored_end(self, scope: ConversationScope, turn_id: str) -> tuple[TurnEvent, int]:
+        """:meth:`stored_turn_end`, with the attempts the store counts for the turn."""
         assert self.store is not None
         snapshot = await self.store.conversation(scope).load()
         record = next((turn for turn in snapshot.turns if turn.turn_id == turn_id), None)
@@ -979,16 +992,16 @@ class HostServices:
             )
         if record.state == "interrupted":
             message = "the turn was interrupted: the process serving it stopped before it finished"
-            return TurnEvent("turn.failed", {"code": "interrupted", "message": message, "turn_id": turn_id})
+            interrupted = {"code": "interrupted", "message": message, "turn_id": turn_id}
+            return TurnEvent("turn.failed", interrupted), record.attempts
         if record.state == "completed":
             outcome = record.exit_reason or "completed"
             answer = await self._stored_answer(scope, turn_id, snapshot.sources)
-            return TurnEvent(
-                "turn.completed", {"turn_id": turn_id, "outcome": outcome, "answer": answer, "replayed": True}
-            )
+            data = {"turn_id": turn_id, "outcome": outcome, "answer": answer, "replayed": True}
+            return TurnEvent("turn.completed", data), record.attempts
         code = record.exit_reason if record.state == "failed" and record.exit_reason else record.state
         message = record.error or f"the turn {record.state}"
-        return TurnEvent("turn.failed", {"code": code, "message": message, "turn_id": turn_id})
+        return TurnEvent("turn.failed", {"code": code, "message": message, "turn_id": turn_id}), record.attempts
 
     async def conversation_replays(self, scope: ConversationScope) -> list[TurnReplay]:
         """The conversation's turns as they were shown live, from their turn logs (usage priced by the price table

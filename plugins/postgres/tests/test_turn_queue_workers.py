@@ -313,3 +313,39 @@ async def test_a_turns_last_attempt_waits_until_its_worker_runs_nothing_else(tmp
     alone_from, alone_to = spans[last["turn_id"]]
     assert all(spans[turn["turn_id"]][1] <= alone_from for turn in others), spans
     assert spans[queued_meanwhile["turn_id"]][0] >= alone_to, spans
+
+
+@pytest.mark.slow  # real worker processes for a quarter of a minute: .ci/run's slow step
+async def test_two_last_attempts_taken_over_together_run_one_after_the_other(tmp_path: Path) -> None:
+    """Two turns whose worker died, both on their last attempt, taken over at once by an idle worker: it claims
+    both in the same moment, and each claim once thought the worker idle, so both ran together (the fault drill saw
+    a turn parked as poisoned beside the poison turn). Claims are one at a time now: the second waits."""
+    async with queue_cluster(tmp_path, steps=12, max_attempts=2) as running:
+        doomed = await _start_worker(running)
+        rescuer = await _start_worker(running)
+        running.workers[rescuer].send_signal(signal.SIGSTOP)
+        try:
+            turns = [await _start_turn(running) for _ in range(2)]
+            events = aioredis.from_url(running.redis.url)
+            try:
+                for turn in turns:
+                    await _until(lambda t=turn: events.exists(f"berth:events:{t['turn_id']}"), "the turns to begin")
+            finally:
+                await events.aclose()
+            running.workers[doomed].send_signal(signal.SIGSTOP)
+            running.kill(doomed)  # both turns' second attempt is their last
+        finally:
+            running.workers[rescuer].send_signal(signal.SIGCONT)
+        rescuer_pid = running.workers[rescuer].pid
+        for turn in turns:
+            kind, data = await running.ending(turn["events_url"])
+            assert kind == "turn.completed", data
+    runs = [run for run in running.ledger_runs() if run["kind"] == "work" and run["pid"] == rescuer_pid]
+    spans = sorted(
+        (
+            min(run["t0"] for run in runs if run["turn"] == turn_id),
+            max(run["t1"] for run in runs if run["turn"] == turn_id),
+        )
+        for turn_id in {turn["turn_id"] for turn in turns}
+    )
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0], f"the two last attempts overlapped: {spans}"
