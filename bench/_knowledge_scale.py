@@ -37,9 +37,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _embedding_rate import embedding_rates as shared_embedding_rates
+from _embedding_rate import refresh_texts
+
 from berth.bundle.knowledge import KnowledgeSpace, SourceTree
 from berth.knowledge.service import KnowledgeService
-from berth.knowledge.space import EMBED_BATCH, EMBED_CHARS, IndexProgress, SpaceIndex
+from berth.knowledge.space import EMBED_BATCH, IndexProgress, SpaceIndex
 from berth.knowledge.sqlite_store import fts_query
 
 SCALE_PACKAGES = (
@@ -146,20 +149,7 @@ def embedding_rates(database: Path, embedder: Any, sample: int, runs: int) -> li
     connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
     rows = connection.execute("SELECT title, text FROM chunks ORDER BY id").fetchall()
     connection.close()
-    step = max(len(rows) // sample, 1)
-    texts = [f"{title}\n{text[:EMBED_CHARS]}" for title, text in rows[::step][:sample]]
-
-    async def embed_all() -> None:
-        for start in range(0, len(texts), EMBED_BATCH):
-            await embedder.embed(texts[start : start + EMBED_BATCH])
-
-    asyncio.run(embed_all())  # warm: the weights load on first use
-    rates = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        asyncio.run(embed_all())
-        rates.append(len(texts) / (time.perf_counter() - started))
-    return rates
+    return shared_embedding_rates(embedder, refresh_texts(rows, sample), runs)
 
 
 async def direct(search: Any, query: str) -> list[int]:

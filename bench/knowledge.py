@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from _embedding_rate import embedding_rates, refresh_texts
 from _machine import header
 
 from berth.bundle.knowledge import DocumentFolder, KnowledgeSpace, SourceTree
@@ -61,7 +62,7 @@ from berth.knowledge.chunks import Chunk, base_anchor, chunk_path
 from berth.knowledge.indexers import KnowledgeIndexer
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.sources import SourceFile
-from berth.knowledge.space import EMBED_BATCH, EMBED_CHARS, SearchMode
+from berth.knowledge.space import SearchMode
 from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import Embedder, HashedNgramEmbedder
 from berth.runtime.tools.knowledge import search_spaces
@@ -276,21 +277,8 @@ def plain_bm25() -> Quality:
 def embedding_throughput(embedder: Embedder, sample: int, runs: int) -> list[float]:
     """Chunks/s of ``embedder.embed`` over ``sample`` chunks of the bench spaces (every n-th, so docs and code
     both), embedded as a refresh embeds them (title and text, batches of EMBED_BATCH), once per run."""
-    chunks = [chunk for _, chunk in space_chunks()]
-    step = max(len(chunks) // max(sample, 1), 1)
-    texts = [f"{chunk.title}\n{chunk.text[:EMBED_CHARS]}" for chunk in chunks[::step][:sample]]
-
-    async def embed_all() -> None:
-        for start in range(0, len(texts), EMBED_BATCH):
-            await embedder.embed(texts[start : start + EMBED_BATCH])
-
-    asyncio.run(embed_all())  # warm: a model loads on first use
-    rates = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        asyncio.run(embed_all())
-        rates.append(len(texts) / (time.perf_counter() - started))
-    return rates
+    titled = [(chunk.title, chunk.text) for _, chunk in space_chunks()]
+    return embedding_rates(embedder, refresh_texts(titled, sample), runs)
 
 
 async def quality(

@@ -18,7 +18,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -259,12 +259,20 @@ class SqliteSpaceStore:
     def _save_vectors(self, version: int) -> None:
         """Write the vector files of ``version`` and commit their stamp, unless a refresh committed another
         version meanwhile (it wrote its own)."""
-        writer = self._connect()
-        try:
-            writer.execute("BEGIN IMMEDIATE")
+        with self._write_transaction() as writer:
             committed = dict(writer.execute("SELECT key, value FROM meta").fetchall())
             if int(committed.get("version", "0")) == version:
                 _write_vectors(writer, self.path, version)
+        _prune(self.path)
+
+    @contextlib.contextmanager
+    def _write_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A connection of its own in a ``BEGIN IMMEDIATE`` transaction (the write lock): committed when the block
+        ends, rolled back when it raises; closed either way."""
+        writer = self._connect()
+        try:
+            writer.execute("BEGIN IMMEDIATE")
+            yield writer
             writer.execute("COMMIT")
         except BaseException:
             if writer.in_transaction:
@@ -272,7 +280,6 @@ class SqliteSpaceStore:
             raise
         finally:
             writer.close()
-        _prune(self.path)
 
     async def nearest(
         self, vector: npt.NDArray[np.float32], limit: int, *, within: ChunkFilter | None = None
@@ -313,9 +320,7 @@ class SqliteSpaceStore:
     def _apply(
         self, updates: Sequence[FileUpdate], removed: list[str], touched: Sequence[FileRecord], meta: dict[str, str]
     ) -> int:
-        writer = self._connect()
-        try:
-            writer.execute("BEGIN IMMEDIATE")
+        with self._write_transaction() as writer:
             now = time.time()
             for path in [*removed, *(u.record.path for u in updates)]:
                 _delete_file(writer, path)
@@ -336,13 +341,6 @@ class SqliteSpaceStore:
             vectors_changed = _vectors_changed(writer, updates, removed)
             if vectors_changed:  # the new version's vector files, written before it commits
                 _write_vectors(writer, self.path, new_version)
-            writer.execute("COMMIT")
-        except BaseException:
-            if writer.in_transaction:
-                writer.execute("ROLLBACK")
-            raise
-        finally:
-            writer.close()
         if vectors_changed:
             _prune(self.path)
         return new_version
