@@ -29,10 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from _machine import header
 from _servers import free_port, launch
-from api_load import ANSWER, GATEWAY, ROOT, TMPFS, TOOL_CALL, Run, Server, latency, percentile, throughput
+from api_load import ROOT, TMPFS, Run, Server, latency, percentile, throughput, write_descriptors
 
 KIND = "berth-one-request"
 
@@ -43,22 +42,6 @@ def source_path(tree: Path) -> str:
     parts += sorted(p for p in (tree / "plugins").iterdir() if p.is_dir())
     parts += sorted(p for p in (tree / "bundles").iterdir() if p.is_dir())
     return os.pathsep.join(str(p) for p in parts)
-
-
-def write_descriptors(work: Path) -> Path:
-    """The descriptors ``bench/api_load.py`` uses: the scripted tool turn, the hello bundle, admission on."""
-    script = work / "script.yaml"
-    script.write_text(yaml.safe_dump({"chunk_size": 24, "by_round": True, "responses": [TOOL_CALL, ANSWER]}))
-    descriptors = work / "descriptors"
-    descriptors.mkdir()
-    model = {"provider": "scripted", "model": str(script)}
-    settings = {"models": {"default": model}, "react": {"conversation_titles": False}}
-    (descriptors / "assembly.yaml").write_text(yaml.safe_dump({"platform": settings}))
-    (descriptors / "bundles.yaml").write_text(
-        yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
-    )
-    (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
-    return descriptors
 
 
 def start(name: str, tree: Path, descriptors: Path, var: Path) -> Server:

@@ -375,26 +375,32 @@ class Server:
         stop(self.process)
 
 
+def write_descriptors(work: Path) -> Path:
+    """``work/descriptors`` for the Berth arms: the scripted tool turn (``work/script.yaml``), the hello bundle,
+    titles off (the peers title nothing, and a title is one more model call per new conversation), admission on
+    with limits above the offered load (the run measures what checking them costs, not what refusing costs)."""
+    script = work / "script.yaml"
+    script.write_text(yaml.safe_dump({"chunk_size": 24, "by_round": True, "responses": [TOOL_CALL, ANSWER]}))
+    descriptors = work / "descriptors"
+    descriptors.mkdir()
+    model = {"provider": "scripted", "model": str(script)}
+    settings = {"models": {"default": model}, "react": {"conversation_titles": False}}
+    (descriptors / "assembly.yaml").write_text(yaml.safe_dump({"platform": settings}))
+    (descriptors / "bundles.yaml").write_text(
+        yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
+    )
+    (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
+    return descriptors
+
+
 def start_berth(
     work: Path, var: Path, name: str = "berth", *, wrap: Sequence[str] = (), timeout_s: float = 60
 ) -> Server:
     """``berth run`` on a free port with the scripted tool-turn model and the hello bundle, its data in ``var``
     (run under ``wrap``, e.g. valgrind, when given: ``bench/http_instructions.py``)."""
-    script = work / "script.yaml"
-    script.write_text(yaml.safe_dump({"chunk_size": 24, "by_round": True, "responses": [TOOL_CALL, ANSWER]}))
     descriptors = work / "descriptors"
     if not descriptors.exists():
-        descriptors.mkdir()
-        # Titles off: the peers title nothing, and a title is one more model call per new conversation.
-        model = {"provider": "scripted", "model": str(script)}
-        settings = {"models": {"default": model}, "react": {"conversation_titles": False}}
-        (descriptors / "assembly.yaml").write_text(yaml.safe_dump({"platform": settings}))
-        (descriptors / "bundles.yaml").write_text(
-            yaml.safe_dump({"bundles": {"hello": {"source": {"entry_point": "hello"}}}})
-        )
-        # Admission stays on, with limits above the offered load: the run measures what checking them costs,
-        # not what refusing costs.
-        (descriptors / "gateway.yaml").write_text(yaml.safe_dump(GATEWAY))
+        write_descriptors(work)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
     command = [*wrap, str(Path(sys.executable).parent / "berth"), "run", "--descriptors", str(descriptors)]

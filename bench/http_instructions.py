@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import api_load
 from _machine import header
+from _valgrind import valgrind_missing
 
 STARTUP_S = 600.0
 """How long a server may take to start under valgrind (imports run about 10x slower, uninstrumented)."""
@@ -171,13 +171,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.turns, args.warmup, args.no_peer = 5, 3, True
-    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
-    if missing:
-        why = f"{' and '.join(missing)} not found (apt-get install valgrind); it counts the instructions"
-        if args.quick:
-            print(f"skipped: {why}")
-            return
-        raise SystemExit(why)
+    if valgrind_missing(args.quick):
+        return
     os.environ.setdefault("PYTHONHASHSEED", "0")
     report(measure(args), args.users)
 

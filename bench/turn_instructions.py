@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _machine import header
+from _valgrind import valgrind_missing
 
 HERE = Path(__file__).resolve().parent
 
@@ -94,13 +94,8 @@ def main() -> None:
     if args.child is not None:
         run_turns(args.child, args.rounds)
         return
-    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
-    if missing:
-        why = f"{' and '.join(missing)} not found (apt-get install valgrind); it counts the instructions"
-        if args.quick:
-            print(f"skipped: {why}")
-            return
-        raise SystemExit(why)
+    if valgrind_missing(args.quick):
+        return
     with ThreadPoolExecutor(max_workers=2) as pool:
         base, more = pool.map(lambda turns: count_instructions(turns, args.rounds), (1, 1 + args.turns))
     per_round = (more - base) / (args.turns * args.rounds)
