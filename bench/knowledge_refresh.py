@@ -98,7 +98,7 @@ async def one_run(scratch: Path, corpus: Path, embedder: CountingEmbedder, arm: 
     """Index a fresh copy of ``corpus``, change it, refresh; what the refresh did (and equality with a rebuild)."""
     folder = scratch / f"corpus-{arm}"
     shutil.copytree(corpus, folder)
-    service = KnowledgeService(scratch / f"index-{arm}", embedder, embedder_name="wordllama")  # type: ignore[arg-type]
+    service = KnowledgeService(scratch / f"index-{arm}", embedder, embedder_name="wordllama")
     space = KnowledgeSpace(name="code", indexer=SourceTree(folder))
     index = service.open("bench", space)
     built = await index.refresh()
@@ -108,7 +108,7 @@ async def one_run(scratch: Path, corpus: Path, embedder: CountingEmbedder, arm: 
     embedder.embedded = 0
     original = space_module.affected_by
     if arm != "berth":
-        space_module.affected_by = every_deduped_file  # type: ignore[assignment]
+        space_module.affected_by = every_deduped_file
     try:
         started = time.perf_counter()
         report = await index.refresh()
@@ -116,7 +116,7 @@ async def one_run(scratch: Path, corpus: Path, embedder: CountingEmbedder, arm: 
     finally:
         space_module.affected_by = original
     embedded = embedder.embedded
-    rebuilt = KnowledgeService(scratch / f"rebuilt-{arm}", embedder, embedder_name="wordllama").open("bench", space)  # type: ignore[arg-type]
+    rebuilt = KnowledgeService(scratch / f"rebuilt-{arm}", embedder, embedder_name="wordllama").open("bench", space)
     await rebuilt.refresh()
     equal = await texts_by_file(index) == await texts_by_file(rebuilt)
     status = await index.status()

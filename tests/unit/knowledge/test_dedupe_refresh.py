@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from berth.bundle.knowledge import KnowledgeSpace, MarkdownFolder
 from berth.knowledge.service import KnowledgeService
-from berth.knowledge.space import SpaceIndex
+from berth.knowledge.space import SpaceIndex, affected_by
 from berth.knowledge.store import SpaceStoreFactory
 from berth.runtime.memory import HashedNgramEmbedder
 
@@ -171,3 +171,12 @@ async def test_a_change_to_a_kept_copy_re_embeds_only_the_files_that_deferred_to
     assert {row.path for row in await index.read("c.md")} == {"c.md"}
     assert len(await index.read("c.md")) == 1
     await index.aclose()
+
+
+def test_a_file_whose_dropped_chunks_were_not_recorded_is_chunked_again_once_anything_changes() -> None:
+    stored = [("a.md", "1" * 64), ("b.md", "2" * 64)]
+    changed = [("b.md", "3" * 64)]
+    dropped: dict[str, list[str] | None] = {"c.md": None, "d.md": ["9" * 16], "e.md": ["2" * 16]}
+    # c.md: keys unknown (an index written before they were recorded); d.md: its copy is in no changing file;
+    # e.md: its copy was in b.md, which no longer has it
+    assert affected_by({"b.md"}, stored, changed, dropped) == {"c.md", "e.md"}
