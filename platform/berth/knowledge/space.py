@@ -441,8 +441,8 @@ class _Refresh:
         candidates = [f for f in listed if reembed or _stat_changed(f, stored.get(f.path))]
         removed = sorted(set(stored) - {f.path for f in listed})
         updates, touched = await self._chunk_all(candidates, stored, reembed)
-        dropped = await self._dropped_keys(meta)
         keys = await self._stored_keys(updates, removed)
+        dropped = await self._dropped_keys(meta) if keys is not None else {}  # read only when something changes
         updates, touched = await self._rechunk_affected(listed, updates, touched, removed, keys, dropped)
         updates, duplicates, dropped_json = self._dedupe(updates, removed, meta, keys, dropped)
         unchanged = not updates and not touched and not removed and not meta.get("error")
@@ -460,7 +460,7 @@ class _Refresh:
                 "error": "",
                 "excluded": excluded,
                 "duplicates": duplicates,
-                BULKY_META: dropped_json,
+                **({BULKY_META: dropped_json} if keys is not None else {}),  # unread, so left as it is
             },
         )
         report = RefreshReport(
