@@ -210,6 +210,7 @@ async def _validate(
         raise failure("bundle_on_load_failed", exc, "berth_on_load(ctx)") from None
     for index in knowledge.values() if service.auto_refresh else ():
         index.refresh_in_background()  # the stored version serves meanwhile; a first index is awaited by searches
+        index.warm_in_background()  # the embedder's model and the vectors, loaded before the first search asks
     source = entry.source.entry_point or str(bundle_folder(config, entry))
     servers = [e.server for e in catalog if e.server is not None]
     mcp = McpToolManager(servers, context.secret) if servers else None

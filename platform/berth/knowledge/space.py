@@ -31,7 +31,7 @@ from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.indexers import KnowledgeIndexer, ListingError
 from berth.knowledge.passage import passage
 from berth.knowledge.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
-from berth.knowledge.store import ChunkRow, FileRecord, FileUpdate, SpaceStore
+from berth.knowledge.store import BULKY_META, ChunkRow, FileRecord, FileUpdate, SpaceStore
 from berth.knowledge.symbols import DEFINITIONS_PER_NAME, CodeQuery
 from berth.runtime.memory import DEFAULT_RRF_K, Embedder, fuse_rankings
 
@@ -170,6 +170,10 @@ class SpaceIndex:
         self._stop = threading.Event()
         self._refreshing: asyncio.Task[RefreshReport] | None = None
         self._warming: asyncio.Task[None] | None = None
+        self._warm_up: asyncio.Task[None] | None = None
+        self.warm_state: Literal["cold", "warming", "warm", "failed"] = "cold"
+        """Whether :meth:`warm` has loaded what the first vector search needs (``failed``: see ``warm_error``)."""
+        self.warm_error: str | None = None
         self._last_check = 0.0
         self._first_done: asyncio.Event | None = None
         self.last_report: RefreshReport | None = None
@@ -215,6 +219,31 @@ class SpaceIndex:
         except Exception:  # the search that needs them reports what is wrong
             log.debug("knowledge %s: loading the vectors failed", self.name, exc_info=True)
 
+    def warm_in_background(self) -> asyncio.Task[None] | None:
+        """Start :meth:`warm` unless it has started (None: the space ranks no vectors, nothing to warm)."""
+        if not self.fuses_vectors:
+            return None
+        if self._warm_up is None:
+            self._warm_up = asyncio.ensure_future(self.warm())
+        return self._warm_up
+
+    async def warm(self) -> None:
+        """Load what the first vector search would otherwise wait for — numpy, the embedder's model (by embedding
+        a query) and the committed version's vectors — in worker threads. A failure is logged and recorded in
+        ``warm_error``, never raised: the search that needs them loads them itself."""
+        self.warm_state = "warming"
+        try:
+            await asyncio.to_thread(_warm_up, self.embedder)
+            if await self.store.version() > 0:
+                import numpy as np  # imported by now, in the worker thread
+
+                await self.store.nearest(np.zeros(self.embedder.dimensions, dtype=np.float32), 1)
+        except Exception as error:
+            self.warm_state, self.warm_error = "failed", f"{type(error).__name__}: {error}"[:500]
+            log.warning("knowledge %s: warming up for the first search failed: %s", self.name, self.warm_error)
+            return
+        self.warm_state = "warm"
+
     def refresh_in_background(self) -> asyncio.Task[RefreshReport]:
         """Start a refresh unless one is running; the current version serves meanwhile."""
         if self._refreshing is None or self._refreshing.done():
@@ -244,9 +273,9 @@ class SpaceIndex:
 
     async def aclose(self) -> None:
         """Cancel a running background refresh (nothing of it is written; a batch already in a worker thread
-        finishes there and stops) or loading of vectors, and close the store."""
+        finishes there and stops), loading of vectors or warming up, and close the store."""
         self._stop.set()
-        for running in (self._refreshing, self._warming):
+        for running in (self._refreshing, self._warming, self._warm_up):
             if running is not None and not running.done():
                 running.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -412,8 +441,10 @@ class _Refresh:
         candidates = [f for f in listed if reembed or _stat_changed(f, stored.get(f.path))]
         removed = sorted(set(stored) - {f.path for f in listed})
         updates, touched = await self._chunk_all(candidates, stored, reembed)
-        updates, touched = await self._rechunk_deduped(listed, updates, touched, removed, meta)
-        updates, duplicates = await self._dedupe(updates, removed, meta)
+        keys = await self._stored_keys(updates, removed)
+        dropped = await self._dropped_keys(meta) if keys is not None else {}  # read only when something changes
+        updates, touched = await self._rechunk_affected(listed, updates, touched, removed, keys, dropped)
+        updates, duplicates, dropped_json = self._dedupe(updates, removed, meta, keys, dropped)
         unchanged = not updates and not touched and not removed and not meta.get("error")
         if unchanged and "version" in meta and (meta.get("excluded") or "[]") == excluded:
             return RefreshReport(space, int(meta["version"]), len(listed), seconds=self._elapsed())
@@ -424,7 +455,13 @@ class _Refresh:
             updates,
             removed=removed,
             touched=touched,
-            meta={"embedder": self.index.embedder_id, "error": "", "excluded": excluded, "duplicates": duplicates},
+            meta={
+                "embedder": self.index.embedder_id,
+                "error": "",
+                "excluded": excluded,
+                "duplicates": duplicates,
+                **({BULKY_META: dropped_json} if keys is not None else {}),  # unread, so left as it is
+            },
         )
         report = RefreshReport(
             space,
@@ -502,51 +539,79 @@ class _Refresh:
         status = "degraded" if note else "indexed"
         return FileUpdate(FileRecord(file.path, file.stat, sha, status, note, len(clean)), clean)
 
-    async def _rechunk_deduped(
+    async def _dropped_keys(self, meta: dict[str, str]) -> dict[str, list[str] | None]:
+        """The (short) keys of the chunks each file dropped as duplicates (None: not recorded, as by an index
+        written before they were)."""
+        recorded: dict[str, list[str]] = json.loads(await self.store.meta_value(BULKY_META) or "{}")
+        counts: dict[str, int] = json.loads(meta.get("duplicates") or "{}")
+        return {path: recorded.get(path) for path in counts}
+
+    async def _stored_keys(self, updates: list[FileUpdate], removed: list[str]) -> list[tuple[str, str]] | None:
+        """Every stored chunk's (path, :func:`text_key`) when the refresh changes anything (None: it does not)."""
+        if not updates and not removed:
+            return None
+        texts = await self.store.texts()
+        return await asyncio.to_thread(lambda: [(path, text_key(text)) for path, text in texts])
+
+    async def _rechunk_affected(
         self,
         listed: list[SourceFile],
         updates: list[FileUpdate],
         touched: list[FileRecord],
         removed: list[str],
-        meta: dict[str, str],
+        keys: list[tuple[str, str]] | None,
+        dropped: dict[str, list[str] | None],
     ) -> tuple[list[FileUpdate], list[FileRecord]]:
-        """When files change or go, the files that had duplicate chunks dropped are chunked again too (the copy
-        they deferred to may be gone), so their chunks are kept or dropped against the space as it will be."""
-        deduped = set(json.loads(meta.get("duplicates") or "{}"))
-        changed = {update.record.path for update in updates}
-        again = [file for file in listed if file.path in deduped and file.path not in changed]
-        if not again or not (updates or removed):
+        """The updates and, chunked again, the unchanged files whose de-duplication outcome the changes can alter
+        (:func:`affected_by`), so their chunks are kept or dropped against the space as it will be."""
+        if keys is None:
+            return updates, touched
+        changing = {update.record.path for update in updates} | set(removed)
+        new_keys = [(u.record.path, text_key(c.text)) for u in updates for c in u.chunks]
+        affected = affected_by(changing, keys, new_keys, dropped)
+        again = [file for file in listed if file.path in affected]
+        if not again:
             return updates, touched
         more, _ = await self._chunk_all(again, {}, True)
         redone = {update.record.path for update in more}
         merged = sorted([*updates, *more], key=lambda update: update.record.path)
         return merged, [record for record in touched if record.path not in redone]
 
-    async def _dedupe(
-        self, updates: list[FileUpdate], removed: list[str], meta: dict[str, str]
-    ) -> tuple[list[FileUpdate], str]:
-        """The updates without chunks whose normalized text (:func:`text_key`) the space already has — in a
-        file this refresh leaves alone, or earlier in path order — and the duplicates dropped per file (JSON)."""
+    def _dedupe(
+        self,
+        updates: list[FileUpdate],
+        removed: list[str],
+        meta: dict[str, str],
+        keys: list[tuple[str, str]] | None,
+        dropped: dict[str, list[str] | None],
+    ) -> tuple[list[FileUpdate], str, str]:
+        """The updates (in path order) without chunks whose normalized text (:func:`text_key`) the space already
+        has — in a file this refresh leaves alone, or earlier in path order — the duplicates dropped per file
+        (JSON) and the short keys of the dropped chunks per file (JSON, for :func:`affected_by`)."""
         counts: dict[str, int] = json.loads(meta.get("duplicates") or "{}")
+        short = {path: lost for path, lost in dropped.items() if lost is not None}
         changing = {update.record.path for update in updates} | set(removed)
         for path in changing:
             counts.pop(path, None)
-        if not any(update.chunks for update in updates):
-            return updates, json.dumps(counts, sort_keys=True)
-        seen = {text_key(text) for path, text in await self.store.texts() if path not in changing}
+            short.pop(path, None)
+        seen = {key for path, key in keys or () if path not in changing}
         kept_updates = []
-        for update in updates:
+        for update in sorted(updates, key=lambda update: update.record.path):
             kept = []
+            lost = []
             for chunk in update.chunks:
                 key = text_key(chunk.text)
                 if key not in seen:
                     seen.add(key)
                     kept.append(chunk)
-            if len(kept) < len(update.chunks):
-                counts[update.record.path] = len(update.chunks) - len(kept)
+                else:
+                    lost.append(key[:SHORT_KEY])
+            if lost:
+                counts[update.record.path] = len(lost)
+                short[update.record.path] = lost
                 update = replace(update, record=replace(update.record, chunks=len(kept)), chunks=kept)
             kept_updates.append(update)
-        return kept_updates, json.dumps(counts, sort_keys=True)
+        return kept_updates, json.dumps(counts, sort_keys=True), json.dumps(short, sort_keys=True)
 
     async def _embed_all(self, updates: list[FileUpdate]) -> list[FileUpdate]:
         pending = [(i, chunk) for i, update in enumerate(updates) for chunk in update.chunks]
@@ -587,6 +652,53 @@ class _Refresh:
             log.info("knowledge %s", progress.line())
 
 
+SHORT_KEY = 16
+"""How many hex digits of a dropped chunk's :func:`text_key` are kept (a collision only chunks a file again)."""
+
+
+def affected_by(
+    changing: set[str],
+    keys: list[tuple[str, str]],
+    new_keys: list[tuple[str, str]],
+    dropped: dict[str, list[str] | None],
+) -> set[str]:
+    """The files outside ``changing`` (changed, added or removed) whose de-duplication outcome can change.
+
+    A chunk is kept in the first file, in path order, that has its text. A file left alone changes outcome only
+    when (a) a chunk it dropped was kept by a changing file and no changed file before it has that chunk now
+    (the copy it deferred to may be gone), or (b) a chunk it kept is now also in a changed file earlier in path
+    order (which keeps it instead). Nothing else can change: a file chunked again for (a) only keeps what a
+    changing file held, and one chunked again for (b) only drops. Short keys err one way: a file is chunked again
+    for nothing, never left alone wrongly.
+
+    :param keys: every stored (kept) chunk's (path, key), before the changes.
+    :param new_keys: the changed and added files' chunks' (path, key).
+    :param dropped: the short keys each file dropped (None: not recorded, so the file is affected).
+    """
+    first: dict[str, str] = {}  # each changed file's key: the first path that has it
+    for path, key in new_keys:
+        if key not in first or path < first[key]:
+            first[key] = path
+    first_short: dict[str, str] = {}
+    collided: set[str] = set()  # two keys with one short key: neither is taken to be held before any file
+    for key, path in first.items():
+        short = key[:SHORT_KEY]
+        if short in first_short:
+            collided.add(short)
+        first_short[short] = path
+    for short in collided:
+        del first_short[short]
+    held = {key[:SHORT_KEY] for path, key in keys if path in changing}
+    affected = {
+        path
+        for path, lost in dropped.items()
+        if path not in changing
+        and (lost is None or any(key in held and first_short.get(key, path) >= path for key in lost))
+    }
+    affected.update(path for path, key in keys if path not in changing and key in first and first[key] < path)
+    return affected
+
+
 def text_key(text: str) -> str:
     """A chunk's de-duplication key: the hash of its text case-folded, with white space collapsed."""
     return hashlib.sha256(" ".join(text.casefold().split()).encode("utf-8")).hexdigest()
@@ -621,3 +733,11 @@ def _embed_in_a_loop_of_its_own(embedder: Embedder, texts: Sequence[str]) -> lis
     in the thread: made by the caller, it would never be awaited when the caller is cancelled before the thread
     starts (``RuntimeWarning: coroutine … was never awaited``)."""
     return asyncio.run(embedder.embed(texts))
+
+
+def _warm_up(embedder: Embedder) -> None:
+    """Import numpy and have ``embedder`` embed a query (loading its model), by ``asyncio.run`` in a worker thread
+    (see the function above)."""
+    import numpy  # noqa: F401 - imported here, not on the caller's loop
+
+    asyncio.run(embedder.embed_query("warm up"))

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.fts_topk import FtsTopK
 from berth.knowledge.store import (
+    BULKY_META,
     ChunkRow,
     FileRecord,
     FileUpdate,
@@ -144,11 +145,16 @@ class SqliteSpaceStore:
     # -- reading -------------------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, str]:
-        return dict(self._read("SELECT key, value FROM meta"))
+        return dict(self._read("SELECT key, value FROM meta WHERE key <> ?", (BULKY_META,)))
 
     async def meta(self) -> dict[str, str]:
         """Every ``meta`` value."""
         return await asyncio.to_thread(self._meta)
+
+    async def meta_value(self, key: str) -> str | None:
+        """One ``meta`` value (None: not set), :data:`~berth.knowledge.store.BULKY_META` included."""
+        rows = await asyncio.to_thread(self._read, "SELECT value FROM meta WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
 
     async def version(self) -> int:
         """The committed index version (0: never indexed)."""

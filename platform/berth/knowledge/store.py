@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from berth.knowledge.filters import ChunkFilter
 
 __all__ = [
+    "BULKY_META",
     "ChunkRow",
     "FileRecord",
     "FileUpdate",
@@ -51,6 +52,11 @@ _STOPWORDS: Final = frozenset(
      "it", "its", "me", "my", "of", "on", "or", "should", "so", "that", "the", "this", "to", "was", "what", "when",
      "where", "which", "who", "why", "will", "with", "you", "your"}
 )  # fmt: skip
+
+
+BULKY_META: Final = "dropped_keys"
+"""The one ``meta`` value :meth:`SpaceStore.meta` leaves out (it can be large: searches read ``meta`` often);
+:meth:`SpaceStore.meta_value` reads it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +183,12 @@ class SpaceStore(Protocol):
     """The persistent index of one space."""
 
     async def meta(self) -> dict[str, str]:
-        """Every ``meta`` value (``version``, ``embedder``, ``error``, ``indexed_at``, ``progress``)."""
+        """Every ``meta`` value (``version``, ``embedder``, ``error``, ``indexed_at``, ``progress``) but
+        :data:`BULKY_META`."""
+        ...
+
+    async def meta_value(self, key: str) -> str | None:
+        """One ``meta`` value (None: not set), :data:`BULKY_META` included."""
         ...
 
     async def version(self) -> int:

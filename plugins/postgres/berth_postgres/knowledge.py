@@ -25,6 +25,7 @@ import asyncpg  # type: ignore[import-untyped, unused-ignore]
 
 from berth.knowledge.filters import ChunkFilter
 from berth.knowledge.store import (
+    BULKY_META,
     ChunkRow,
     FileRecord,
     FileUpdate,
@@ -164,11 +165,19 @@ class PostgresSpaceStore:
 
     async def meta(self) -> dict[str, str]:
         """The space's meta values, with ``version``."""
-        rows = await self._fetch("SELECT version, meta FROM knowledge_spaces WHERE id = $1")
+        rows = await self._fetch(
+            "SELECT version, meta - $2::text AS meta FROM knowledge_spaces WHERE id = $1", BULKY_META
+        )
         meta = json.loads(rows[0]["meta"]) if isinstance(rows[0]["meta"], str) else dict(rows[0]["meta"])
         version = int(rows[0]["version"])
         values = {key: str(value) for key, value in meta.items() if value not in (None, "")}
         return {**values, "version": str(version)} if version else values
+
+    async def meta_value(self, key: str) -> str | None:
+        """One ``meta`` value (None: not set), :data:`~berth.knowledge.store.BULKY_META` included."""
+        rows = await self._fetch("SELECT meta ->> $2::text AS value FROM knowledge_spaces WHERE id = $1", key)
+        value = rows[0]["value"] if rows else None
+        return None if value in (None, "") else str(value)
 
     async def version(self) -> int:
         """The committed index version (0: never indexed)."""
