@@ -40,6 +40,10 @@ the machine is shared; without the caps the floods cost hundreds of MiB or thous
 P99_ALONE_FLOOR = 0.010
 """The tenant's p99 alone is read as at least 10 ms: alone it is 0.4-4 ms, so ten times it is within a loaded
 machine's scheduling noise; the floods this file guards against stalled the loop for 0.9-1.3 s."""
+STALL_BOUND = 0.3
+"""A flooded p99 below this passes whatever the p99 alone: the floods this file guards against stalled the loop
+for 0.9-1.3 s, while the parallel suite on a slow two-core machine (its 10M-addition loop 0.55 s) put 156 ms on a
+flooded p99 whose run alone took 8 ms (alone 11.6 ms in the same run)."""
 
 # What every hostile program starts with: the run's socket, its token (as any program can read it from the
 # bootstrap's module), the frames written by hand, and the program's own connection, opened before the flood.
@@ -271,7 +275,7 @@ def assert_harmless(figures: FloodFigures) -> None:
     """The host's memory and descriptors stayed bounded and the other tenant was served about as fast."""
     assert figures.rss_growth < RSS_GROWTH_CAP, f"the host grew by {figures.rss_growth / MIB:.0f} MiB"
     assert figures.fds_growth < FD_GROWTH_CAP, f"the host opened {figures.fds_growth} more descriptors"
-    allowed = P99_FACTOR * max(figures.p99_alone, P99_ALONE_FLOOR)
+    allowed = max(P99_FACTOR * max(figures.p99_alone, P99_ALONE_FLOOR), STALL_BOUND)
     assert figures.p99_flooded < allowed, (figures.p99_alone, figures.p99_flooded)
 
 
