@@ -779,7 +779,7 @@ class TurnRunner:
                 data = attachments.get(block.path.removeprefix(prefix))
                 if data is not None:
                     renderer.media[block.path] = data
-        visible = timeline.blocks[timeline.latest_summary_index or 0 :]
+        visible = timeline.media_blocks(timeline.latest_summary_index or 0)
         if await stock_shelf(renderer.media, visible, handle):
             renderer.forget_parts()
 
