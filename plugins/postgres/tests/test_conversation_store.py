@@ -774,18 +774,25 @@ def memory_index_beside(store: ConversationStore) -> MemoryIndex:
     return SqliteMemoryIndex(store.database.path.parent, database=store.database)
 
 
-def memory_entries(scope: ConversationScope, turn_id: str, text: str) -> tuple[MemoryEntry, ...]:
-    return (
-        MemoryEntry(
-            scope=scope,
-            path=f"ar:{turn_id}.user.prompt",
-            turn_id=turn_id,
-            turn_ordinal=1,
-            kind="user",
-            ts=T0,
-            text=text,
-            vector=(0.6, 0.8),
-        ),
+def commit_remembering(scope: ConversationScope, turn_id: str, text: str, *, base_version: int) -> TurnCommit:
+    """A commit of ``turn_id`` whose turn leaves one memory entry: its prompt, ``text``."""
+    entry = MemoryEntry(
+        scope=scope,
+        path=f"ar:{turn_id}.user.prompt",
+        turn_id=turn_id,
+        turn_ordinal=1,
+        kind="user",
+        ts=T0,
+        text=text,
+        vector=(0.6, 0.8),
+    )
+    return TurnCommit(
+        turn_id=turn_id,
+        state="completed",
+        ended_at=T0,
+        base_version=base_version,
+        timeline=TimelineChange(length=0),
+        memory=(entry,),
     )
 
 
@@ -796,14 +803,7 @@ async def test_a_turns_memory_entries_are_written_by_its_commit(
     await index.open()
     handle = store.conversation(scope)
     await handle.begin_turn("turn_1", started_at=T0, generation=None, head=records(head("turn_1")))
-    commit = TurnCommit(
-        turn_id="turn_1",
-        state="completed",
-        ended_at=T0,
-        base_version=0,
-        timeline=TimelineChange(length=0),
-        memory=memory_entries(scope, "turn_1", "the ultramarine pigment"),
-    )
+    commit = commit_remembering(scope, "turn_1", "the ultramarine pigment", base_version=0)
     assert await handle.commit_turn(commit) == 1
     hits = await index.search_lexical(MemoryFilter(owner=scope.owner), "ultramarine", limit=5)
     assert [(hit.entry.path, hit.entry.text, hit.entry.vector) for hit in hits] == [
@@ -820,14 +820,7 @@ async def test_a_refused_commit_writes_none_of_its_memory_entries(
     await run_turn(store, scope, "turn_1")
     handle = store.conversation(scope)
     await handle.begin_turn("turn_2", started_at=T0, generation=None, head=records(head("turn_2")))
-    stale = TurnCommit(
-        turn_id="turn_2",
-        state="completed",
-        ended_at=T0,
-        base_version=0,
-        timeline=TimelineChange(length=0),
-        memory=memory_entries(scope, "turn_2", "the ultramarine pigment"),
-    )
+    stale = commit_remembering(scope, "turn_2", "the ultramarine pigment", base_version=0)
     with pytest.raises(StorageError) as refused:
         await handle.commit_turn(stale)
     assert refused.value.code == "conflicting_commit"
