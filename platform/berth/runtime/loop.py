@@ -24,7 +24,7 @@ from berth.models.errors import ModelContextOverflow, ModelError
 from berth.models.protocol import ModelCompleted, ModelProvider, ModelRequest, TextDelta, Usage
 from berth.runtime.announce import AnnounceState
 from berth.runtime.attachments import prepare as prepare_attachments
-from berth.runtime.blocks import Author, Block, BlockType
+from berth.runtime.blocks import Author, Block, BlockType, make_block
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
 from berth.runtime.events import EventSink, TurnEvent
@@ -975,6 +975,4 @@ def record_block(
     block_type: BlockType, turn_id: str, record: str, ts: datetime, author: Author, **content: Any
 ) -> Block:
     """A block at ``ar:<turn_id>.<record>`` (``content``: text or data, mime, meta, call_id)."""
-    return Block(
-        type=block_type, path=str(RecordPath(turn_id, record)), turn_id=turn_id, ts=ts, author=author, **content
-    )
+    return make_block(block_type, RecordPath(turn_id, record), ts, author, **content)
