@@ -56,6 +56,9 @@ def _require_utc(value: datetime) -> datetime:
 
 def format_utc(value: datetime) -> str:
     """Format an aware datetime as UTC ISO-8601 with a ``Z`` suffix (microseconds only when non-zero)."""
+    if type(value) is datetime and value.tzinfo is UTC:
+        # Already UTC (every block's ts): isoformat leaves zero microseconds out as well; only "+00:00" changes.
+        return value.isoformat()[:-6] + "Z"
     utc = _require_utc(value)
     spec = "microseconds" if utc.microsecond else "seconds"
     return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
