@@ -256,6 +256,7 @@ class TurnRunner:
             for notice in attachment_notices(head):
                 await emit(TurnEvent("notice", notice))
         usage = Usage()
+        round_usages: list[Usage] = []  # each round's model call, summed once when the turn ends
         rounds = resumed_rounds
 
         async def finish(
@@ -263,7 +264,7 @@ class TurnRunner:
         ) -> TurnResult:
             nonlocal usage
             unseen = inbox.close() if inbox is not None else ()
-            usage = usage.plus(state.compaction_usage)  # the turn's usage is every call it made
+            usage = summed_usage(usage, *round_usages, state.compaction_usage)  # every call the turn made
             state.timeline.contribute(*final)
             answer = decision.answer if decision else None
             used = self._sources_used(answer or "", state.sources)
@@ -329,7 +330,7 @@ class TurnRunner:
         decision: Decision | None = None
 
         async def rounds_until_done() -> TurnResult:
-            nonlocal decision, rounds, usage, pruned, last_request_at
+            nonlocal decision, rounds, pruned, last_request_at
             try:
                 await generation.hooks.before_turn(context, turn)
             except Exception as exc:
@@ -464,7 +465,7 @@ class TurnRunner:
                         break
                     cancelled = {"code": "stream_cancelled", "message": STEERED, "round": iteration}
                     await emit(TurnEvent("notice", cancelled))
-                usage = usage.plus(completed.usage)
+                round_usages.append(completed.usage)
                 if turn.meter is not None:
                     turn.meter.model_called(ModelCall(label, "round", completed.usage, self._clock()))
                 decision = interpret_response(result, max_actions=max_actions)
@@ -958,6 +959,16 @@ def _began(log: TurnLog) -> bool:
 def _live_only(blocks: Sequence[Block]) -> bool:
     """Whether a turn-log entry holds only a live event (a follow-up or steer), not a round of the loop."""
     return bool(blocks) and all(b.type in (BlockType.USER_FOLLOWUP, BlockType.USER_STEER) for b in blocks)
+
+
+def summed_usage(*usages: Usage) -> Usage:
+    """The sum of ``usages`` (what adding them up with :meth:`Usage.plus` gives, made as one ``Usage``)."""
+    return Usage(
+        input_tokens=sum(u.input_tokens for u in usages),
+        output_tokens=sum(u.output_tokens for u in usages),
+        cache_read_input_tokens=sum(u.cache_read_input_tokens for u in usages),
+        cache_creation_input_tokens=sum(u.cache_creation_input_tokens for u in usages),
+    )
 
 
 def model_label(model_ref: ModelRef) -> str:
