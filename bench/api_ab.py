@@ -8,9 +8,9 @@ worktrees) gets its own ``berth run`` process, with ``PYTHONPATH`` set to that t
 alternates too):
 
 * **throughput**: ``--conversations`` users run turns back to back for ``--duration`` seconds; turns/s and the
-  server's CPU time per turn (``/proc/<pid>/stat``, all threads);
+  server's CPU time per turn (``/proc/<pid>/stat``, all threads) and its ``fsync`` calls per turn (:mod:`_fsyncs`);
 * **latency** (``--rate``, default: 75% of the old server's median saturation): open-loop arrivals at that rate,
-  the same for both; the CPU per turn, p50/p99 first answer delta.
+  the same for both; the CPU and ``fsync`` calls per turn, p50/p99 first answer delta.
 
 The table gives medians with min-max over ``--windows`` windows and new ÷ old of the medians.
 
@@ -95,14 +95,19 @@ def report(old: Arm, new: Arm, rate: float, args: argparse.Namespace) -> None:
     def tps(r: Run) -> float:
         return r.per_second
 
+    def fsyncs(r: Run) -> float:
+        return r.fsyncs / r.turns if r.fsyncs is not None and r.turns else float("nan")
+
     print(f"throughput: {args.conversations} users, turns back to back, {args.duration:g} s windows")
     add("server CPU ms/turn", old.saturation, new.saturation, cpu)
     add("turns/s", old.saturation, new.saturation, tps, 1)
+    add("fsyncs/turn", old.saturation, new.saturation, fsyncs)
     if old.loaded:
         print_rows(rows)
         rows.clear()
         print(f"\nlatency: {rate:.1f} turns/s offered to both (open loop), {args.duration:g} s windows")
         add("server CPU ms/turn", old.loaded, new.loaded, cpu)
+        add("fsyncs/turn", old.loaded, new.loaded, fsyncs)
         add("first delta p50 ms", old.loaded, new.loaded, p50_ms, 1)
         add("first delta p99 ms", old.loaded, new.loaded, p99_ms, 1)
     print_rows(rows)

@@ -319,6 +319,8 @@ async def latency(name: str, port: int, pid: int, conversations: int, rate: floa
         run.turns += 1
 
     tasks = []
+    fsyncs = FsyncCounter(pid)
+    fsyncs.start()
     cpu_before = cpu_seconds(pid)
     started = time.perf_counter()
     for n in range(arrivals):
@@ -328,6 +330,7 @@ async def latency(name: str, port: int, pid: int, conversations: int, rate: floa
     await asyncio.gather(*tasks)
     run.elapsed_s = time.perf_counter() - started
     run.server_cpu_s = cpu_seconds(pid) - cpu_before
+    run.fsyncs = fsyncs.stop()
     run.rate = rate
     await close_users(users, run)
     return run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,29 @@ async def test_memsearch_finds_an_earlier_turn(tmp_path: Path) -> None:
         found = harness.model.requests[-1].prompt.section_text("current_turn")
         assert "ultramarine" in found.lower()
         assert "ar:turn_1.user.prompt" in found
+
+
+class BrokenEmbedder:
+    """An embedder whose model cannot run (a plugin's model session that fails at every call)."""
+
+    dimensions = 8
+
+    async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        raise RuntimeError("the embedding model's session failed")
+
+    async def embed_query(self, query: str) -> tuple[float, ...]:
+        raise RuntimeError("the embedding model's session failed")
+
+
+async def test_a_turn_whose_memory_entries_cannot_be_embedded_completes_and_is_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with turn_harness(tmp_path, HELLO, embedder=BrokenEmbedder()) as harness:
+        result = await harness.turn("hello", "My favourite colour is ultramarine blue.", script=[complete("Noted!")])
+        assert (result.outcome, result.answer) == ("completed", "Noted!")
+        stored = await harness.store.conversation(harness.scope).load()
+        assert [turn.state for turn in stored.turns] == ["completed"]
+    assert "its embedder failed" in caplog.text
 
 
 async def test_knowledge_search_and_read(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.host.registry import BundleRegistry
 from berth.runtime.events import TurnEvent
 from berth.runtime.loop import ModelResolver, TurnInput, TurnResult, TurnRunner
-from berth.runtime.memory import HashedNgramEmbedder, MemorySearch
+from berth.runtime.memory import Embedder, HashedNgramEmbedder, MemorySearch
 from berth.storage.conversations import ConversationStore
 from berth.storage.memory import MemoryIndex
 from berth.storage.scope import ConversationScope
@@ -137,6 +137,7 @@ async def turn_harness(
     models: ModelResolver | None = None,
     tool_packs: Mapping[str, ToolPackFactory] | None = None,
     result_preview_chars: int = 400,
+    embedder: Embedder | None = None,
 ) -> AsyncIterator[TurnHarness]:
     """Start the stack; close it afterwards.
 
@@ -144,6 +145,7 @@ async def turn_harness(
         provider against a fake server); the scripted providers are still created, and stay unused.
     :param tool_packs: the host's tool packs (``{"web": factory}``); bundles may enable only these.
     :param result_preview_chars: how much of a tool result every prompt shows (the platform's default is 6,000).
+    :param embedder: the memory index's embedder (the builtin hashed n-grams by default).
     """
     config = Configuration.load(write_descriptors(tmp_path / "descriptors", bundles, react))
     registry = BundleRegistry(config, known_tool_packs=set(tool_packs) if tool_packs is not None else None)
@@ -160,7 +162,7 @@ async def turn_harness(
         return (default_ref, summarizer if role == "summarizer" else model)
 
     def memory(scope: ConversationScope) -> MemorySearch:
-        return MemorySearch(index, HashedNgramEmbedder(), scope=scope)
+        return MemorySearch(index, embedder or HashedNgramEmbedder(), scope=scope)
 
     runner = TurnRunner(
         store=store,

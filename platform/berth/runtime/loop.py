@@ -64,6 +64,7 @@ from berth.runtime.tools.execution import TOOL_ID, exec_tool
 from berth.runtime.turn import BundleView, TurnState
 from berth.runtime.workspace import Workspace, artifact_path
 from berth.storage.conversations import ArtifactWrite, ConversationHandle, ConversationStore, TurnLog, TurnUsage
+from berth.storage.memory import MemoryEntry
 from berth.storage.scope import ConversationScope
 from berth.streaming import ChannelClosed, ChannelDelta, ChannelStream, StreamEvent, render_citations
 from berth.tools.packs import ToolPackFactory
@@ -268,6 +269,7 @@ class TurnRunner:
             state.timeline.contribute(*final)
             answer = decision.answer if decision else None
             used = self._sources_used(answer or "", state.sources)
+            remembered = await _memory_entries(memory, [*head, *final], state.timeline) if memory is not None else ()
             await recorder.commit(
                 state.timeline,
                 sources=state.sources,
@@ -283,12 +285,10 @@ class TurnRunner:
                 ),
                 usage=TurnUsage(**usage.model_dump()),
                 exit_reason=outcome,
+                memory=remembered,
             )
             if recorder.committed is not None:
                 self._resident.keep(turn.scope, ResidentConversation(recorder.committed, renderer, state.plans))
-            if memory is not None:
-                ordinals = {turn_id: n for n, turn_id in enumerate(state.timeline.turn_ids(), start=1)}
-                await memory.index_blocks([*head, *final], turn_ordinals=ordinals)
             result = TurnResult(
                 turn_id=turn.turn_id,
                 outcome=outcome,
@@ -780,7 +780,7 @@ class TurnRunner:
                 data = attachments.get(block.path.removeprefix(prefix))
                 if data is not None:
                     renderer.media[block.path] = data
-        visible = timeline.blocks[timeline.latest_summary_index or 0 :]
+        visible = timeline.media_blocks(timeline.latest_summary_index or 0)
         if await stock_shelf(renderer.media, visible, handle):
             renderer.forget_parts()
 
@@ -987,3 +987,14 @@ def record_block(
 ) -> Block:
     """A block at ``ar:<turn_id>.<record>`` (``content``: text or data, mime, meta, call_id)."""
     return make_block(block_type, RecordPath(turn_id, record), ts, author, **content)
+
+
+async def _memory_entries(memory: MemorySearch, blocks: list[Block], timeline: Timeline) -> tuple[MemoryEntry, ...]:
+    """The turn's memory entries, for its commit to write; none (logged) when they cannot be made: the turn's
+    answer matters more than its place in the memory index."""
+    ordinals = {turn_id: n for n, turn_id in enumerate(timeline.turn_ids(), start=1)}
+    try:
+        return await memory.entries(blocks, turn_ordinals=ordinals)
+    except Exception:
+        log.exception("the turn's memory entries could not be made (its embedder failed); it commits without them")
+        return ()

@@ -304,17 +304,19 @@ class MemorySearch:
         self._half_life_days = recency_half_life_days
         self._min_similarity = min_similarity
 
-    async def index_blocks(self, blocks: Sequence[Block], *, turn_ordinals: dict[str, int]) -> int:
-        """Index the memorable blocks among ``blocks``; return how many entries were written.
+    async def entries(self, blocks: Sequence[Block], *, turn_ordinals: dict[str, int]) -> tuple[MemoryEntry, ...]:
+        """The memory entries of the memorable blocks among ``blocks``, embedded, ready to be written (a turn's
+        commit carries them: :attr:`~berth.storage.conversations.TurnCommit.memory`).
 
         :param turn_ordinals: each turn's position in the conversation (from 1); blocks of other
             turns are skipped.
         """
         chosen = memorable_blocks(blocks, turn_ordinals=turn_ordinals)
         if not chosen:
-            return 0
-        vectors = await self._embedder.embed([memory_text(block) for block, _ in chosen])
-        entries = tuple(
+            return ()
+        texts = [memory_text(block) for block, _ in chosen]
+        vectors = await self._embedder.embed(texts)
+        return tuple(
             MemoryEntry(
                 scope=self._scope,
                 path=block.path,
@@ -322,12 +324,18 @@ class MemorySearch:
                 turn_ordinal=turn_ordinals[block.turn_id],
                 kind=kind,
                 ts=block.ts,
-                text=memory_text(block),
+                text=text,
                 vector=vector,
             )
-            for (block, kind), vector in zip(chosen, vectors, strict=True)
+            for (block, kind), text, vector in zip(chosen, texts, vectors, strict=True)
         )
-        await self._index.add(entries)
+
+    async def index_blocks(self, blocks: Sequence[Block], *, turn_ordinals: dict[str, int]) -> int:
+        """Index the memorable blocks among ``blocks`` in a transaction of their own; return how many entries
+        were written (see :meth:`entries`)."""
+        entries = await self.entries(blocks, turn_ordinals=turn_ordinals)
+        if entries:
+            await self._index.add(entries)
         return len(entries)
 
     def _filter(self, request: MemsearchRequest) -> MemoryFilter:

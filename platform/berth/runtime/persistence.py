@@ -41,6 +41,7 @@ from berth.storage.conversations import (
     TurnState,
     TurnUsage,
 )
+from berth.storage.memory import MemoryEntry
 
 __all__ = [
     "CommittedTimeline",
@@ -441,11 +442,13 @@ class TurnRecorder:
         title: str | None = None,
         usage: TurnUsage | None = None,
         exit_reason: str | None = None,
+        memory: tuple[MemoryEntry, ...] = (),
     ) -> int:
         """Commit the turn: timeline change, changed sources, final round, artifacts, state; return the version.
 
         :param usage: the tokens the turn used, for the turn log.
         :param exit_reason: how the turn ended (the loop's outcome), for the turn log.
+        :param memory: the turn's memory entries, written in the commit's transaction.
         """
         await self.begun()
         async with self._appending:
@@ -459,6 +462,7 @@ class TurnRecorder:
                 title=title,
                 usage=usage,
                 exit_reason=exit_reason,
+                memory=memory,
             )
             self._ended = True  # a live event that comes later is the next turn's
             return version
@@ -475,6 +479,7 @@ class TurnRecorder:
         title: str | None,
         usage: TurnUsage | None,
         exit_reason: str | None,
+        memory: tuple[MemoryEntry, ...],
     ) -> int:
         blocks = tuple(timeline.blocks)
         if final_round:  # the commit appends it to the log as the next round (the store checks the reference)
@@ -492,6 +497,7 @@ class TurnRecorder:
                 title=title,
                 usage=usage or TurnUsage(),
                 exit_reason=exit_reason,
+                memory=memory,
             )
         )
         self._stored.stored(blocks)

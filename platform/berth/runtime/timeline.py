@@ -194,6 +194,13 @@ class Timeline:
         # last turn: so all but the last cached layout stay valid until a prefix is replaced.
         self._layouts: dict[int, tuple[int, tuple[TurnLayout, ...]]] = {}
         self._latest_summary = self._find_latest_summary(0)
+        # What every round asks of the whole timeline (its turns in order, the blocks that show media), kept
+        # for the blocks indexed so far: appending only adds to it, and hiding changes neither a block's turn
+        # nor its meta; a replaced prefix starts it again.
+        self._indexed = 0
+        self._turn_order: dict[str, None] = {}
+        self._turn_ids: tuple[str, ...] = ()
+        self._media_indices: list[int] = []
 
     @classmethod
     def from_payload(cls, payload: TimelinePayload) -> Timeline:
@@ -249,6 +256,7 @@ class Timeline:
         self._revision += 1
         self._layouts = {}
         self._latest_summary = self._find_latest_summary(0)
+        self._indexed, self._turn_order, self._turn_ids, self._media_indices = 0, {}, (), []
 
     def _find_latest_summary(self, from_index: int, known: int | None = None) -> int | None:
         latest = known
@@ -272,10 +280,29 @@ class Timeline:
 
     def turn_ids(self) -> tuple[str, ...]:
         """Return the conversation's turn ids in timeline order."""
-        seen: dict[str, None] = {}
-        for block in self._blocks:
-            seen.setdefault(block.turn_id, None)
-        return tuple(seen)
+        self._index_appended()
+        return self._turn_ids
+
+    def media_blocks(self, start: int = 0) -> list[Block]:
+        """The blocks from position ``start`` on whose meta names media (``meta.media``: an image or a PDF the
+        prompt may show as itself), hidden or not, in timeline order."""
+        self._index_appended()
+        return [self._blocks[index] for index in self._media_indices if index >= start]
+
+    def _index_appended(self) -> None:
+        """Add the blocks appended since the last call to the turn order and the media positions."""
+        blocks = self._blocks
+        if self._indexed == len(blocks):
+            return
+        order = self._turn_order
+        for index in range(self._indexed, len(blocks)):
+            block = blocks[index]
+            order.setdefault(block.turn_id, None)
+            if block.meta.get("media"):
+                self._media_indices.append(index)
+        self._indexed = len(blocks)
+        if len(order) != len(self._turn_ids):
+            self._turn_ids = tuple(order)
 
     @property
     def current_turn_id(self) -> str | None:

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 from berth.storage.scope import ConversationScope, OwnerScope
+
+if TYPE_CHECKING:
+    from berth.storage.memory import MemoryEntry
 
 __all__ = [
     "ArtifactWrite",
@@ -244,6 +247,8 @@ class TurnCommit:
     :ivar title: a title for the conversation index, when the turn produced one.
     :ivar usage: the tokens the turn used, for the turn log.
     :ivar exit_reason: how the turn ended, for the turn log (see :attr:`TurnRecord.exit_reason`).
+    :ivar memory: the turn's entries for the memory index of the same backend, written in the commit's transaction:
+        they are durable with the commit (one ``fsync``, not two) and a refused commit writes none of them.
     """
 
     turn_id: str
@@ -257,6 +262,7 @@ class TurnCommit:
     title: str | None = None
     usage: TurnUsage = TurnUsage()
     exit_reason: str | None = None
+    memory: tuple[MemoryEntry, ...] = ()
     attempts: int = 0
     """How many times a worker began the turn (distributed storage; 0 elsewhere)."""
     error: str | None = None

@@ -81,6 +81,7 @@ from berth.storage.conversations import (
     TurnUsage,
 )
 from berth.storage.scope import ConversationScope, OwnerScope
+from berth_postgres.memory import write_entries as write_memory_entries
 from berth_postgres.pool import CONNECTION_LOST, transaction_attempt
 from berth_postgres.retrying import DEFAULT_RETRY_BUDGET_S, RetryPolicy, connection_lost
 
@@ -707,6 +708,8 @@ class PostgresConversationHandle:
         if commit.final_round:
             rounds += 1
             await self._insert_blocks(connection, commit.turn_id, rounds, commit.final_round)
+        if commit.memory:
+            await write_memory_entries(connection, commit.memory)
         await self._write_timeline(connection, commit.timeline)
         await self._upsert_sources(connection, commit.sources)
         if artifacts:

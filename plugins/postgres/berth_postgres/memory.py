@@ -24,7 +24,7 @@ from berth.storage.scope import ConversationScope
 from berth_postgres.pool import StorePool
 from berth_postgres.retrying import DEFAULT_RETRY_BUDGET_S
 
-__all__ = ["PostgresMemoryIndex", "tsquery"]
+__all__ = ["PostgresMemoryIndex", "tsquery", "write_entries"]
 
 _WORD_RE: Final = re.compile(r"\w+", re.UNICODE)
 _MAX_QUERY_TERMS: Final = 32
@@ -57,6 +57,32 @@ _UPSERT_SQL: Final = (
     "turn_ordinal=EXCLUDED.turn_ordinal, kind=EXCLUDED.kind, ts=EXCLUDED.ts, text=EXCLUDED.text, "
     "vector=EXCLUDED.vector"
 )
+
+
+async def write_entries(connection: Any, entries: Sequence[MemoryEntry]) -> None:
+    """Insert or replace ``entries`` (keyed by conversation and path) in the caller's transaction on ``connection``:
+    :meth:`PostgresMemoryIndex.add`, and the conversation store's commit of a turn (its entries commit with it)."""
+    rows = []
+    for entry in entries:
+        if entry.ts.tzinfo is None:
+            raise ValueError("memory timestamps must be timezone-aware")
+        s = entry.scope
+        rows.append(
+            (
+                s.tenant,
+                s.project,
+                s.user_id,
+                s.conversation_id,
+                entry.path,
+                entry.turn_id,
+                entry.turn_ordinal,
+                entry.kind,
+                entry.ts,
+                entry.text,
+                list(entry.vector),
+            )
+        )
+    await connection.executemany(_UPSERT_SQL, rows)
 
 
 def tsquery(text: str) -> str | None:
@@ -131,29 +157,9 @@ class PostgresMemoryIndex:
         """Insert or replace entries (keyed by conversation and path), in one transaction."""
         if not entries:
             return
-        rows = []
-        for entry in entries:
-            if entry.ts.tzinfo is None:
-                raise ValueError("memory timestamps must be timezone-aware")
-            s = entry.scope
-            rows.append(
-                (
-                    s.tenant,
-                    s.project,
-                    s.user_id,
-                    s.conversation_id,
-                    entry.path,
-                    entry.turn_id,
-                    entry.turn_ordinal,
-                    entry.kind,
-                    entry.ts,
-                    entry.text,
-                    list(entry.vector),
-                )
-            )
 
         async def work(connection: Any) -> None:
-            await connection.executemany(_UPSERT_SQL, rows)
+            await write_entries(connection, entries)
 
         await self._pool.in_transaction(work)
 

@@ -10,10 +10,13 @@ from datetime import timedelta
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 import pytest
 from berth_postgres.conversations import PostgresConversationStore
+from berth_postgres.memory import PostgresMemoryIndex
 from berth_postgres.testing import PostgresProxy
 from storage_builders import T0, final, head, tool_round
 
 from berth.config.errors import ConfigError
+from berth.default_plugins.storage.sqlite import SqliteConversationStore
+from berth.default_plugins.storage.sqlite_memory import SqliteMemoryIndex
 from berth.runtime.live import LiveEvent, LiveInbox
 from berth.runtime.persistence import StoredTimeline, TurnRecorder, block_record, restore_conversation
 from berth.runtime.sources import Source, SourceRow, SourcesPool
@@ -28,6 +31,7 @@ from berth.storage.conversations import (
     TurnCommit,
     TurnUsage,
 )
+from berth.storage.memory import MemoryEntry, MemoryFilter, MemoryIndex
 from berth.storage.scope import ConversationScope, OwnerScope
 
 pytestmark = pytest.mark.postgres
@@ -760,3 +764,65 @@ async def test_a_database_migrated_by_the_migration_runner_serves_the_store(
     async with PostgresConversationStore(database) as store:
         await run_turn(store, scope, "turn_1")
         assert (await store.conversation(scope).load()).version == 1
+
+
+def memory_index_beside(store: ConversationStore) -> MemoryIndex:
+    """The memory index of the backend ``store`` belongs to (its database, its connection or pool)."""
+    if isinstance(store, PostgresConversationStore):
+        return PostgresMemoryIndex(pool=store.pool)
+    assert isinstance(store, SqliteConversationStore)
+    return SqliteMemoryIndex(store.database.path.parent, database=store.database)
+
+
+def commit_remembering(scope: ConversationScope, turn_id: str, text: str, *, base_version: int) -> TurnCommit:
+    """A commit of ``turn_id`` whose turn leaves one memory entry: its prompt, ``text``."""
+    entry = MemoryEntry(
+        scope=scope,
+        path=f"ar:{turn_id}.user.prompt",
+        turn_id=turn_id,
+        turn_ordinal=1,
+        kind="user",
+        ts=T0,
+        text=text,
+        vector=(0.6, 0.8),
+    )
+    return TurnCommit(
+        turn_id=turn_id,
+        state="completed",
+        ended_at=T0,
+        base_version=base_version,
+        timeline=TimelineChange(length=0),
+        memory=(entry,),
+    )
+
+
+async def test_a_turns_memory_entries_are_written_by_its_commit(
+    store: ConversationStore, scope: ConversationScope
+) -> None:
+    index = memory_index_beside(store)
+    await index.open()
+    handle = store.conversation(scope)
+    await handle.begin_turn("turn_1", started_at=T0, generation=None, head=records(head("turn_1")))
+    commit = commit_remembering(scope, "turn_1", "the ultramarine pigment", base_version=0)
+    assert await handle.commit_turn(commit) == 1
+    hits = await index.search_lexical(MemoryFilter(owner=scope.owner), "ultramarine", limit=5)
+    assert [(hit.entry.path, hit.entry.text, hit.entry.vector) for hit in hits] == [
+        ("ar:turn_1.user.prompt", "the ultramarine pigment", pytest.approx((0.6, 0.8)))
+    ]
+    await index.aclose()
+
+
+async def test_a_refused_commit_writes_none_of_its_memory_entries(
+    store: ConversationStore, scope: ConversationScope
+) -> None:
+    index = memory_index_beside(store)
+    await index.open()
+    await run_turn(store, scope, "turn_1")
+    handle = store.conversation(scope)
+    await handle.begin_turn("turn_2", started_at=T0, generation=None, head=records(head("turn_2")))
+    stale = commit_remembering(scope, "turn_2", "the ultramarine pigment", base_version=0)
+    with pytest.raises(StorageError) as refused:
+        await handle.commit_turn(stale)
+    assert refused.value.code == "conflicting_commit"
+    assert await index.list_entries(MemoryFilter(owner=scope.owner)) == ()
+    await index.aclose()

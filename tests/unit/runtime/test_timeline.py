@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from berth.runtime.blocks import BlockType
+from berth.runtime.blocks import Block, BlockType
 from berth.runtime.timeline import FINAL_ROUND_KEY, Timeline, TimelineError, TimelinePayload, TurnLayout
 
 if TYPE_CHECKING:
@@ -180,3 +183,64 @@ def test_layouts_stay_right_as_a_timeline_grows_is_hidden_and_compacted(conversa
     assert laid_out(timeline.turn_layouts()) == fresh()
     assert timeline.latest_summary_index == 0
     assert Timeline(timeline.blocks).latest_summary_index == 0
+
+
+_T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def _block(turn: int, n: int, media: bool) -> Block:
+    return Block(
+        type=BlockType.USER_PROMPT,
+        path=f"ar:turn_{turn}.user.prompt.{n}",
+        turn_id=f"turn_{turn}",
+        ts=_T0,
+        author="user",
+        text="x",
+        meta={"media": "image"} if media else {},
+    )
+
+
+_edits = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(st.tuples(st.integers(1, 6), st.booleans()), min_size=1, max_size=4)),
+        st.tuples(st.just("compact"), st.integers(1, 8)),
+        st.tuples(st.just("hide"), st.integers(0, 30)),
+        st.tuples(st.just("read"), st.integers(0, 12)),
+    ),
+    max_size=25,
+)
+
+
+@given(_edits)
+def test_turn_ids_and_media_blocks_match_a_scan_of_the_whole_timeline_after_any_edits(
+    edits: list[tuple[str, object]],
+) -> None:
+    timeline = Timeline()
+    made = 0
+    for kind, argument in edits:
+        if kind == "add":
+            assert isinstance(argument, list)
+            blocks = [_block(turn, made + i, media) for i, (turn, media) in enumerate(argument)]
+            made += len(blocks)
+            timeline.contribute(*blocks)
+        elif kind == "compact" and len(timeline):
+            assert isinstance(argument, int)
+            summary = Block(
+                type=BlockType.CONV_RANGE_SUMMARY,
+                path=f"ar:turn_9.summary.{made}",
+                turn_id="turn_9",
+                ts=_T0,
+                author="runtime",
+                text="summary",
+            )
+            made += 1
+            timeline.replace_prefix(min(argument, len(timeline)), summary)
+        elif kind == "hide" and len(timeline):
+            assert isinstance(argument, int)
+            path = timeline.blocks[argument % len(timeline)].path
+            if not timeline.blocks[argument % len(timeline)].hidden:
+                timeline.hide(path, "hidden", editable_from=0)
+        start = argument if kind == "read" and isinstance(argument, int) else 0
+        blocks = list(timeline.blocks)
+        assert timeline.turn_ids() == tuple(dict.fromkeys(block.turn_id for block in blocks))
+        assert timeline.media_blocks(start) == [b for b in blocks[start:] if b.meta.get("media")]

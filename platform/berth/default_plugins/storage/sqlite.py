@@ -59,6 +59,7 @@ from typing import Final, Literal, Self, TypeVar, cast, overload
 
 from berth.default_plugins.storage.owners import RootOwners
 from berth.default_plugins.storage.sqlite_database import SqliteDatabase
+from berth.default_plugins.storage.sqlite_memory_rows import MEMORY_SCHEMA, write_entries
 from berth.default_plugins.storage.threads import in_storage_thread
 from berth.storage.conversations import (
     ArtifactWrite,
@@ -704,6 +705,8 @@ class SqliteConversationHandle:
             if commit.final_round:
                 rounds += 1
                 self._insert_blocks(connection, conversation, commit.turn_id, rounds, commit.final_round)
+            if commit.memory:
+                write_entries(connection, commit.memory)
             self._write_timeline(connection, conversation, commit.timeline)
             self._upsert_sources(connection, conversation, commit.sources)
             connection.executemany(
@@ -794,7 +797,8 @@ class SqliteConversationStore:
         release's timeline files in, then record the turns of processes that are gone as interrupted."""
         await in_storage_thread(self.owners.claim)
         try:
-            await in_storage_thread(self.database.open, _SCHEMA, added_columns=_ADDED_COLUMNS)
+            # the memory index's tables too: a turn's commit writes its memory entries (TurnCommit.memory)
+            await in_storage_thread(self.database.open, _SCHEMA + MEMORY_SCHEMA, added_columns=_ADDED_COLUMNS)
             await in_storage_thread(self._adopt_timeline_files)
             self.interrupted_at_open = await self.recover_interrupted_turns()
         except BaseException:

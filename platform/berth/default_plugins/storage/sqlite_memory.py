@@ -17,31 +17,13 @@ from pathlib import Path
 from typing import Final, cast
 
 from berth.default_plugins.storage.sqlite import DATABASE_FILE, SqliteDatabase
+from berth.default_plugins.storage.sqlite_memory_rows import MEMORY_SCHEMA, stamp, write_entries
 from berth.default_plugins.storage.threads import in_storage_thread
 from berth.storage.memory import LexicalHit, MemoryEntry, MemoryFilter, MemoryKind
 from berth.storage.scope import ConversationScope
 
 __all__ = ["SqliteMemoryIndex", "fts_query"]
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS memory_entries (
-    id INTEGER PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    project TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    path TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    turn_ordinal INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    ts TEXT NOT NULL,
-    text TEXT NOT NULL,
-    vector BLOB NOT NULL,
-    UNIQUE (tenant, project, user_id, conversation_id, path)
-);
-CREATE INDEX IF NOT EXISTS memory_entries_by_owner_time ON memory_entries (tenant, project, user_id, ts);
-CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(text, tokenize = 'unicode61 remove_diacritics 2');
-"""
 
 _WORD_RE: Final = re.compile(r"\w+", re.UNICODE)
 _MAX_QUERY_TERMS: Final = 32
@@ -68,13 +50,6 @@ _LIST_SQL: Final = (
 )
 
 
-def _stamp(value: datetime) -> str:
-    """A fixed-width UTC timestamp, so text order is time order."""
-    if value.tzinfo is None:
-        raise ValueError("memory timestamps must be timezone-aware")
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _instant(value: str) -> datetime:
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
@@ -90,8 +65,8 @@ def fts_query(text: str) -> str | None:
 
 def _filter_parameters(where: MemoryFilter) -> tuple[object, ...]:
     kinds = "," + ",".join(sorted(where.kinds)) + ","
-    since = _stamp(where.since) if where.since else None
-    until = _stamp(where.until) if where.until else None
+    since = stamp(where.since) if where.since else None
+    until = stamp(where.until) if where.until else None
     owner = where.owner
     return (
         owner.tenant,
@@ -142,7 +117,7 @@ class SqliteMemoryIndex:
 
     async def open(self) -> None:
         """Create the index tables (and the database, in WAL mode, if it is new)."""
-        await in_storage_thread(self.database.open, _SCHEMA)
+        await in_storage_thread(self.database.open, MEMORY_SCHEMA)
 
     async def aclose(self) -> None:
         """Close the connection (a shared one is closed by its owner)."""
@@ -153,31 +128,7 @@ class SqliteMemoryIndex:
         """Insert or replace entries (keyed by conversation and path), in one transaction."""
 
         def work(connection: sqlite3.Connection) -> None:
-            for entry in entries:
-                s = entry.scope
-                key = (s.tenant, s.project, s.user_id, s.conversation_id, entry.path)
-                old = connection.execute(
-                    "SELECT id FROM memory_entries WHERE tenant=? AND project=? AND user_id=?"
-                    " AND conversation_id=? AND path=?",
-                    key,
-                ).fetchone()
-                if old is not None:
-                    connection.execute("DELETE FROM memory_fts WHERE rowid=?", old)
-                    connection.execute("DELETE FROM memory_entries WHERE id=?", old)
-                cursor = connection.execute(
-                    "INSERT INTO memory_entries (tenant, project, user_id, conversation_id, path, turn_id,"
-                    " turn_ordinal, kind, ts, text, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        *key,
-                        entry.turn_id,
-                        entry.turn_ordinal,
-                        entry.kind,
-                        _stamp(entry.ts),
-                        entry.text,
-                        array("f", entry.vector).tobytes(),
-                    ),
-                )
-                connection.execute("INSERT INTO memory_fts (rowid, text) VALUES (?, ?)", (cursor.lastrowid, entry.text))
+            write_entries(connection, entries)
 
         await self.database.write_together(work)  # durable, sharing the commit of the turns ending meanwhile
 
