@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,9 +47,33 @@ class AnnounceState(BaseModel):
         return value
 
 
+_LOCAL_MINUTES: dict[tuple[str, int], str] = {}
+_LOCAL_MINUTES_LIMIT: Final = 256
+
+
 def _local_time(now: datetime, timezone: str) -> str:
-    local = now.astimezone(ZoneInfo(timezone))
-    return local.strftime("%Y-%m-%d %H:%M %Z")
+    """``now`` in ``timezone`` to the minute, with the zone's abbreviation (``2026-03-01 11:00 CET``).
+
+    ANNOUNCE shows it every round, and it changes once a minute; formatting it (the zone's lookup, the
+    conversion, ``strftime``) cost about a twentieth of a round's instructions, so the text of a minute is
+    kept for the rounds that follow in it. A minute is kept only when the zone's offset is the same, and
+    whole minutes, at its start and at its end (no change of offset inside it), so the text is the same
+    for every instant of it.
+    """
+    minute = int(now.timestamp() // 60)
+    key = (timezone, minute)
+    text = _LOCAL_MINUTES.get(key)
+    if text is None:
+        zone = ZoneInfo(timezone)
+        text = now.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z")
+        start = datetime.fromtimestamp(minute * 60, UTC)
+        offset = start.astimezone(zone).utcoffset()
+        end_offset = (start + timedelta(seconds=59.999999)).astimezone(zone).utcoffset()
+        if offset is not None and offset == end_offset and offset % timedelta(minutes=1) == timedelta(0):
+            if len(_LOCAL_MINUTES) >= _LOCAL_MINUTES_LIMIT:
+                _LOCAL_MINUTES.clear()
+            _LOCAL_MINUTES[key] = text
+    return text
 
 
 def _announced_line(block: Block) -> str:

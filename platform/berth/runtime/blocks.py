@@ -9,11 +9,12 @@ consistent with it: ``tc:turn_4.c3.result`` can only be the path of a block of `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Final, Literal, Self, TypeAlias
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias, get_args
 
 from pydantic import (
     AfterValidator,
@@ -25,7 +26,14 @@ from pydantic import (
     model_validator,
 )
 
-from berth.runtime.paths import TURN_ID_PATTERN, LogicalPathError, ToolCallPath, parse_path, path_turn_id
+from berth.runtime.paths import (
+    TURN_ID_PATTERN,
+    LogicalPathError,
+    RecordPath,
+    ToolCallPath,
+    parse_path,
+    path_turn_id,
+)
 
 __all__ = [
     "FINAL_ANSWER_TYPES",
@@ -35,6 +43,7 @@ __all__ = [
     "BlockType",
     "UtcTimestamp",
     "format_utc",
+    "make_block",
 ]
 
 
@@ -47,6 +56,9 @@ def _require_utc(value: datetime) -> datetime:
 
 def format_utc(value: datetime) -> str:
     """Format an aware datetime as UTC ISO-8601 with a ``Z`` suffix (microseconds only when non-zero)."""
+    if type(value) is datetime and value.tzinfo is UTC:
+        # Already UTC (every block's ts): isoformat leaves zero microseconds out as well; only "+00:00" changes.
+        return value.isoformat()[:-6] + "Z"
     utc = _require_utc(value)
     spec = "microseconds" if utc.microsecond else "seconds"
     return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
@@ -189,3 +201,142 @@ class Block(BaseModel):
         adds to the set after validation; :meth:`~pydantic.BaseModel.model_copy` copies it before adding to it.
         """
         object.__setattr__(self, "__pydantic_fields_set__", _shared_fields_set(self.__pydantic_fields_set__))
+
+
+_AUTHORS: Final[frozenset[str]] = frozenset(get_args(Author))
+_CALL_ID_RE: Final = re.compile(_CALL_ID_PATTERN.removeprefix("^").removesuffix("$"))  # used with fullmatch
+_UNSET: Final[Any] = object()
+_SCALARS: Final = (str, int, float, bool)
+
+
+class _NotPlainJsonError(Exception):
+    """A value :func:`_json_copy` leaves to pydantic (not built of exactly dict, list, str, int, float, bool, None)."""
+
+
+def _json_copy(value: object) -> JsonValue:
+    """A copy of ``value`` with new dicts and lists, as pydantic's ``JsonValue`` validation makes it.
+
+    Only exact JSON types are copied; anything else (a tuple, a subclass, a dict with a key that is not a
+    ``str``) raises :class:`_NotPlainJsonError`, and the block is validated by pydantic instead.
+    """
+    kind = type(value)
+    if value is None or kind in _SCALARS:
+        return value  # type: ignore[return-value]
+    if kind is dict:
+        copied: dict[str, JsonValue] = {}
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                raise _NotPlainJsonError
+            copied[key] = _json_copy(item)
+        return copied
+    if kind is list:
+        return [_json_copy(item) for item in value]  # type: ignore[attr-defined]
+    raise _NotPlainJsonError
+
+
+def make_block(
+    block_type: BlockType,
+    path: RecordPath | ToolCallPath,
+    ts: datetime,
+    author: Author,
+    *,
+    mime: str = _UNSET,
+    text: str | None = _UNSET,
+    data: JsonValue = _UNSET,
+    meta: dict[str, JsonValue] = _UNSET,
+    call_id: str | None = _UNSET,
+) -> Block:
+    """The block at the typed ``path`` (its ``turn_id`` is the path's): what ``Block(...)`` makes of these fields.
+
+    The runtime makes several blocks a round from values it built itself; validating each through pydantic
+    and the model validator cost about 45,000 instructions, most of it generic work on values that are
+    plainly valid. When every value is of its exact type (an aware UTC ``ts``, JSON made of dicts, lists
+    and scalars, a ``call_id`` matching the pattern, at most one of ``text`` and ``data``), the block is
+    built here with the same fields, the same fields-set and copies of ``data`` and ``meta``, as
+    validation would; any other value goes through ``Block(...)``, which normalizes or refuses it as
+    always. The typed path validated itself when it was made, so it is not parsed again.
+    """
+    given: dict[str, Any] = {}
+    if mime is not _UNSET:
+        given["mime"] = mime
+    if text is not _UNSET:
+        given["text"] = text
+    if data is not _UNSET:
+        given["data"] = data
+    if meta is not _UNSET:
+        given["meta"] = meta
+    if call_id is not _UNSET:
+        given["call_id"] = call_id
+    turn_id = path.turn_id
+    block = _plain_block(block_type, path, turn_id, ts, author, given)
+    if block is None:
+        return Block(type=block_type, path=str(path), turn_id=turn_id, ts=ts, author=author, **given)
+    return block
+
+
+def _plain_block(
+    block_type: BlockType,
+    path: RecordPath | ToolCallPath,
+    turn_id: str,
+    ts: datetime,
+    author: str,
+    given: dict[str, Any],
+) -> Block | None:
+    """The block :func:`make_block` describes, or None when a value needs pydantic's validation."""
+    if (
+        type(block_type) is not BlockType
+        or type(path) not in (RecordPath, ToolCallPath)
+        or path.conversation_id is not None
+        or type(ts) is not datetime
+        or ts.tzinfo is not UTC
+        or type(author) is not str
+        or author not in _AUTHORS
+    ):
+        return None
+    mime = given.get("mime", "text/plain")
+    text = given.get("text")
+    call_id = given.get("call_id")
+    if type(mime) is not str or (text is not None and type(text) is not str):
+        return None
+    try:
+        data = _json_copy(given.get("data"))
+        meta = given.get("meta", _UNSET)
+        meta = {} if meta is _UNSET else _json_copy(meta)
+    except _NotPlainJsonError:
+        return None
+    if type(meta) is not dict or (text is not None and data is not None):
+        return None
+    fields_set = {"type", "path", "turn_id", "ts", "author", *given}
+    if type(path) is ToolCallPath:
+        if call_id is None:
+            call_id = path.call_id
+            fields_set.add("call_id")
+        elif call_id != path.call_id:
+            return None
+    if call_id is not None and (type(call_id) is not str or _CALL_ID_RE.fullmatch(call_id) is None):
+        return None
+    block = Block.__new__(Block)
+    setattr_ = object.__setattr__
+    setattr_(
+        block,
+        "__dict__",
+        {
+            "type": block_type,
+            "path": str(path),
+            "turn_id": turn_id,
+            "ts": ts,
+            "author": author,
+            "mime": mime,
+            "text": text,
+            "data": data,
+            "blob_ref": None,
+            "meta": meta,
+            "call_id": call_id,
+            "hidden": False,
+            "replacement": None,
+        },
+    )
+    setattr_(block, "__pydantic_fields_set__", _shared_fields_set(fields_set))
+    setattr_(block, "__pydantic_extra__", None)
+    setattr_(block, "__pydantic_private__", None)
+    return block

@@ -90,6 +90,23 @@ def plan_checkpoints(
     layouts = timeline.turn_layouts(start)
     if not layouts:
         return ()
+    global _last_plan
+    last = _last_plan
+    if last[0] is layouts and last[1] == start and last[2] == offset:
+        return last[3]
+    planned = _planned(layouts, start, offset)
+    _last_plan = (layouts, start, offset, planned)
+    return planned
+
+
+_last_plan: tuple[tuple[TurnLayout, ...] | None, int, int, tuple[CacheCheckpoint, ...]] = (None, 0, 0, ())
+"""The last plan made, with the layouts it was made from (a round plans for its render and again for
+:func:`editable_tail_start`: the second time it is taken from here). The timeline keeps one layouts
+tuple while it does not change, and the entry holds it, so a tuple seen here is the same timeline state."""
+
+
+def _planned(layouts: tuple[TurnLayout, ...], start: int, offset: int) -> tuple[CacheCheckpoint, ...]:
+    """The checkpoints of :func:`plan_checkpoints` for these turn layouts."""
     current = layouts[-1]
     checkpoints: list[CacheCheckpoint] = []
     stops = turn_stops(current)

@@ -24,7 +24,7 @@ from berth.models.errors import ModelContextOverflow, ModelError
 from berth.models.protocol import ModelCompleted, ModelProvider, ModelRequest, TextDelta, Usage
 from berth.runtime.announce import AnnounceState
 from berth.runtime.attachments import prepare as prepare_attachments
-from berth.runtime.blocks import Author, Block, BlockType
+from berth.runtime.blocks import Author, Block, BlockType, make_block
 from berth.runtime.caching import editable_tail_start
 from berth.runtime.compaction import SummaryRequest, compact_timeline, estimate_prompt_tokens
 from berth.runtime.events import EventSink, TurnEvent
@@ -257,6 +257,7 @@ class TurnRunner:
             for notice in attachment_notices(head):
                 await emit(TurnEvent("notice", notice))
         usage = Usage()
+        round_usages: list[Usage] = []  # each round's model call, summed once when the turn ends
         rounds = resumed_rounds
 
         async def finish(
@@ -264,7 +265,7 @@ class TurnRunner:
         ) -> TurnResult:
             nonlocal usage
             unseen = inbox.close() if inbox is not None else ()
-            usage = usage.plus(state.compaction_usage)  # the turn's usage is every call it made
+            usage = summed_usage(usage, *round_usages, state.compaction_usage)  # every call the turn made
             state.timeline.contribute(*final)
             answer = decision.answer if decision else None
             used = self._sources_used(answer or "", state.sources)
@@ -329,7 +330,7 @@ class TurnRunner:
         decision: Decision | None = None
 
         async def rounds_until_done() -> TurnResult:
-            nonlocal decision, rounds, usage, pruned, last_request_at
+            nonlocal decision, rounds, pruned, last_request_at
             try:
                 await generation.hooks.before_turn(context, turn)
             except Exception as exc:
@@ -464,7 +465,7 @@ class TurnRunner:
                         break
                     cancelled = {"code": "stream_cancelled", "message": STEERED, "round": iteration}
                     await emit(TurnEvent("notice", cancelled))
-                usage = usage.plus(completed.usage)
+                round_usages.append(completed.usage)
                 if turn.meter is not None:
                     turn.meter.model_called(ModelCall(label, "round", completed.usage, self._clock()))
                 decision = interpret_response(result, max_actions=max_actions)
@@ -960,6 +961,16 @@ def _live_only(blocks: Sequence[Block]) -> bool:
     return bool(blocks) and all(b.type in (BlockType.USER_FOLLOWUP, BlockType.USER_STEER) for b in blocks)
 
 
+def summed_usage(*usages: Usage) -> Usage:
+    """The sum of ``usages`` (what adding them up with :meth:`Usage.plus` gives, made as one ``Usage``)."""
+    return Usage(
+        input_tokens=sum(u.input_tokens for u in usages),
+        output_tokens=sum(u.output_tokens for u in usages),
+        cache_read_input_tokens=sum(u.cache_read_input_tokens for u in usages),
+        cache_creation_input_tokens=sum(u.cache_creation_input_tokens for u in usages),
+    )
+
+
 def model_label(model_ref: ModelRef) -> str:
     """What clients and logs see of the model: ``provider:model``, never a local file path."""
     return model_ref.label
@@ -975,9 +986,7 @@ def record_block(
     block_type: BlockType, turn_id: str, record: str, ts: datetime, author: Author, **content: Any
 ) -> Block:
     """A block at ``ar:<turn_id>.<record>`` (``content``: text or data, mime, meta, call_id)."""
-    return Block(
-        type=block_type, path=str(RecordPath(turn_id, record)), turn_id=turn_id, ts=ts, author=author, **content
-    )
+    return make_block(block_type, RecordPath(turn_id, record), ts, author, **content)
 
 
 async def _memory_entries(memory: MemorySearch, blocks: list[Block], timeline: Timeline) -> tuple[MemoryEntry, ...]:

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from berth.config.redaction import redact, redact_value, secret_needles
-from berth.runtime.blocks import Block, BlockType
+from berth.runtime.blocks import Block, BlockType, make_block
 from berth.runtime.events import EventSink, TurnEvent
 from berth.runtime.paths import ToolCallPath
 from berth.runtime.protocol import Action, Decision, ProtocolNotice
@@ -60,12 +60,11 @@ async def execute_tool_call(
     tool_id, params = action.tool_call.tool_id, action.tool_call.params
     now = clock()
     turn_id = state.turn_id
-    call_block = Block(
-        type=BlockType.REACT_TOOL_CALL,
-        path=str(ToolCallPath(turn_id, call_id, "call")),
-        turn_id=turn_id,
-        ts=now,
-        author="assistant",
+    call_block = make_block(
+        BlockType.REACT_TOOL_CALL,
+        ToolCallPath(turn_id, call_id, "call"),
+        now,
+        "assistant",
         mime="application/json",
         data={"tool_id": tool_id, "params": params},
         call_id=call_id,
@@ -166,7 +165,8 @@ async def execute_tool_call(
             )
         )
     text = output.value if isinstance(output.value, str) else json.dumps(output.value, ensure_ascii=False, default=str)
-    result_path = str(ToolCallPath(turn_id, call_id, "result"))
+    result_at = ToolCallPath(turn_id, call_id, "result")
+    result_path = str(result_at)
     shown = text
     if len(text) > preview_chars:
         state.full_results[result_path] = text
@@ -194,16 +194,7 @@ async def execute_tool_call(
         meta.update(media="image", media_path=media_path, media_mime=media_mime)
         state.reopened_media.clear()
     blocks.append(
-        Block(
-            type=BlockType.REACT_TOOL_RESULT,
-            path=result_path,
-            turn_id=turn_id,
-            ts=clock(),
-            author="tool",
-            text=shown,
-            call_id=call_id,
-            meta=meta,
-        )
+        make_block(BlockType.REACT_TOOL_RESULT, result_at, clock(), "tool", text=shown, call_id=call_id, meta=meta)
     )
     blocks.extend(state.pending_blocks)
     state.pending_blocks.clear()

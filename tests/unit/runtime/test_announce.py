@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from runtime_builders import T0
 
@@ -72,3 +75,28 @@ def test_announce_lists_notices_then_announced_blocks_then_inactive_tools() -> N
 def test_unknown_timezone_is_refused() -> None:
     with pytest.raises(ValidationError, match="unknown IANA timezone"):
         AnnounceState(iteration=1, max_iterations=1, budget_tokens_left=0, now=T0, user_timezone="Mars/Olympus")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    instant=st.datetimes(min_value=datetime(1890, 1, 1), max_value=datetime(2040, 12, 31)),
+    seconds=st.lists(st.integers(0, 59_999_999), min_size=2, max_size=3),
+    timezone=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Asia/Kathmandu", "Africa/Monrovia"]),
+)
+def test_the_local_time_is_what_strftime_gives_for_every_instant_of_a_minute(
+    instant: datetime, seconds: list[int], timezone: str
+) -> None:
+    """The local time is kept per minute: any instant of that minute (a zone's offset changing, or one of
+    seconds, as Monrovia's until 1972, included) still reads exactly as formatting it anew."""
+    minute = instant.replace(second=0, microsecond=0, tzinfo=UTC)
+    for offset in seconds:
+        now = minute + timedelta(microseconds=offset)
+        expected = now.astimezone(ZoneInfo(timezone)).strftime("%Y-%m-%d %H:%M %Z")
+        state = AnnounceState(iteration=1, max_iterations=2, budget_tokens_left=0, now=now, user_timezone=timezone)
+        assert render_announce(state).splitlines()[2].endswith(f"(local {expected})")
+
+
+def test_the_utc_time_shows_microseconds_only_when_there_are_some() -> None:
+    for now, shown in ((T0, "2026-03-01T10:00:00Z"), (T0 + timedelta(microseconds=5), "2026-03-01T10:00:00.000005Z")):
+        state = AnnounceState(iteration=1, max_iterations=2, budget_tokens_left=0, now=now)
+        assert render_announce(state).splitlines()[2].startswith(f"now: {shown} (UTC)")

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
-from berth.runtime.blocks import Block, BlockType, format_utc
+from berth.runtime.blocks import Block, BlockType, format_utc, make_block
+from berth.runtime.paths import RecordPath, ToolCallPath
 
 BERLIN_WINTER = timezone(timedelta(hours=1))
 
@@ -122,3 +123,71 @@ def test_a_block_serializes_its_timestamp_exactly_as_format_utc_does(moment: dat
     block = prompt_block(ts=aware)
     assert json.loads(block.model_dump_json())["ts"] == format_utc(aware)
     assert Block.model_validate_json(block.model_dump_json()).ts == aware
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3) | st.tuples(inner)
+    ),  # not JSON as it is: pydantic refuses it, and so must make_block
+    max_leaves=8,
+)
+_ABSENT = object()
+_MAYBE = st.just(_ABSENT)  # the field is not given
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    tool_call=st.booleans(),
+    offset_minutes=st.sampled_from([None, 0, 0, 90]),
+    text=_MAYBE | st.none() | st.text(max_size=10),
+    data=_MAYBE | _JSON,
+    meta=_MAYBE | st.dictionaries(st.text(max_size=5), _JSON, max_size=3) | st.none(),
+    call_id=_MAYBE | st.none() | st.sampled_from(["c3", "c4", "c 3", "c3\n", ""]),
+    author=st.sampled_from(["assistant", "tool", "robot"]),
+)
+def test_make_block_makes_what_validating_the_same_fields_makes(
+    tool_call: bool,
+    offset_minutes: int | None,
+    text: object,
+    data: object,
+    meta: object,
+    call_id: object,
+    author: str,
+) -> None:
+    """The runtime's fast constructor gives the very block ``Block(...)`` gives, or refuses what it refuses."""
+    path = ToolCallPath("turn_4", "c3", "result") if tool_call else RecordPath("turn_4", "react.notes.c3")
+    zone = None if offset_minutes is None else timezone(timedelta(minutes=offset_minutes))
+    ts = datetime(2026, 3, 1, 10, 0, 0, 250, tzinfo=UTC if offset_minutes == 0 else zone)
+    content = {
+        name: value
+        for name, value in (("text", text), ("data", data), ("meta", meta), ("call_id", call_id))
+        if value is not _ABSENT
+    }
+    block_type = BlockType.REACT_TOOL_RESULT if tool_call else BlockType.REACT_NOTES
+    try:
+        expected = Block(type=block_type, path=str(path), turn_id="turn_4", ts=ts, author=author, **content)
+    except ValidationError:
+        with pytest.raises(ValidationError):
+            make_block(block_type, path, ts, author, **content)  # type: ignore[arg-type]
+        return
+    made = make_block(block_type, path, ts, author, **content)  # type: ignore[arg-type]
+    assert made == expected
+    assert made.model_fields_set == expected.model_fields_set
+    assert made.model_dump_json() == expected.model_dump_json()
+    assert list(made.__dict__) == list(expected.__dict__)
+
+
+def test_make_block_copies_the_json_it_is_given() -> None:
+    """As validation does: changing the caller's dict afterwards does not change the block."""
+    params: dict[str, JsonValue] = {"query": ["ledger"]}
+    block = make_block(
+        BlockType.REACT_TOOL_CALL,
+        ToolCallPath("turn_4", "c3", "call"),
+        datetime(2026, 3, 1, 10, 0, tzinfo=UTC),
+        "assistant",
+        data={"tool_id": "bench.lookup", "params": params},
+    )
+    params["query"] = ["changed"]
+    assert block.data == {"tool_id": "bench.lookup", "params": {"query": ["ledger"]}}
+    assert block.call_id == "c3"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
+from runtime_builders import ConversationBuilder
 
 from berth.runtime.caching import (
     MAX_CACHE_BREAKPOINTS,
@@ -14,9 +13,6 @@ from berth.runtime.caching import (
     turn_stops,
 )
 from berth.runtime.timeline import TimelineError
-
-if TYPE_CHECKING:
-    from runtime_builders import ConversationBuilder
 
 
 def kinds_and_ends(checkpoints: tuple[CacheCheckpoint, ...]) -> list[tuple[str, int]]:
@@ -150,3 +146,19 @@ def test_hide_is_allowed_in_the_editable_tail_and_refused_before_it(conversation
     with pytest.raises(TimelineError) as caught:
         timeline.hide("tc:turn_1.c1.result", "c1 output", editable_from=tail_start)
     assert caught.value.code == "hide_outside_tail"
+
+
+def test_a_plan_asked_again_follows_every_change_of_either_of_two_timelines() -> None:
+    """The plan a round makes for its render is reused for its editable tail; any append, hide or other
+    timeline in between is planned afresh, as if nothing were kept."""
+    first, second = ConversationBuilder(), ConversationBuilder()
+    first.full_turn("turn_1", rounds=1)
+    second.full_turn("turn_1", rounds=4)
+    fresh_second = kinds_and_ends(plan_checkpoints(second.timeline, offset=2))
+    for _ in range(2):  # asked twice in a row, then alternately
+        assert kinds_and_ends(plan_checkpoints(first.timeline, offset=2)) == [("tail", len(first.timeline))]
+        assert kinds_and_ends(plan_checkpoints(second.timeline, offset=2)) == fresh_second
+    assert plan_checkpoints(second.timeline, offset=0) == (CacheCheckpoint("tail", len(second.timeline)),)
+    first.turn("turn_2").tool_round("c1")
+    assert [cp.kind for cp in plan_checkpoints(first.timeline, offset=2)] == ["previous_turn", "tail"]
+    assert editable_tail_start(first.timeline, offset=2) == first.timeline.turn_layouts()[-1].start
