@@ -11,6 +11,12 @@ own, which a query of ``R`` alone gives for the same rows, and is subtracted. Wh
 score beats ``T``, no other row can enter: these are the rows, and the scores, of the full query (to the last
 bit or two of a double: the sums are added in another order). Otherwise R grows by the next rarest phrase,
 while its rows stay under :data:`BUDGET`; past it, or for a phrase of several tokens, the full query runs.
+
+A query of common words has no rare phrase to prune by. When the index keeps its common terms' own scores
+(:mod:`berth.knowledge.term_postings`, current for its version: the caller checks), the query's ranking is added
+up from them instead, phrase by phrase (a rarer phrase's own scores asked from FTS5): FTS5's own sum, to the bit,
+with no bound to prove. That way is taken first whenever it can be (every phrase stored, or rarer ones with at most
+:data:`BUDGET` rows in all), since it is exact where the rare-phrase pruning is exact to the last bit or two.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from typing import Final
+
+from berth.knowledge.term_postings import TermScores, build_postings, phrase_scores, rank, stored_scores
 
 __all__ = ["BUDGET", "K1", "FtsTopK"]
 
@@ -62,14 +70,22 @@ class FtsTopK:
         self._tokens[word] = found
         return found
 
+    def build(self, connection: sqlite3.Connection) -> tuple[int, int]:
+        """(Re)write the stored scores of the table's terms in more rows than the budget, in ``connection``'s open
+        transaction: (terms, rows) stored. The caller stamps them with the index version."""
+        return build_postings(
+            connection, self.table, self.weights, lambda term: self.tokens(term) == (term,), common=self.budget
+        )
+
     def search(
-        self, connection: sqlite3.Connection, words: Sequence[str], limit: int
+        self, connection: sqlite3.Connection, words: Sequence[str], limit: int, *, stored: bool = False
     ) -> list[tuple[int, float]] | None:
         """The ``limit`` best (rowid, -bm25) for the OR of ``words`` (each a quoted phrase), best first; None
-        when pruning cannot answer (the caller runs the full query)."""
+        when pruning cannot answer (the caller runs the full query). ``stored``: the table's stored term scores
+        are of its current version (the module's docstring)."""
         phrases = list(dict.fromkeys(words))
         terms = [self.tokens(word) for word in phrases]
-        if len(phrases) < 2 or any(len(term) != 1 for term in terms):
+        if not phrases or any(len(term) != 1 for term in terms):
             return None
         vocabulary = f"temp.{self.table}_rows"
         connection.execute(
@@ -81,6 +97,12 @@ class FtsTopK:
             counts.append(int(found[0][0]) if found else 0)
         if sum(counts) <= self.budget:
             return None  # the full query is cheap
+        if stored:
+            summed = self._summed(connection, [term for (term,) in terms], counts, limit)
+            if summed is not None:
+                return summed
+        if len(phrases) < 2:
+            return None
         rows = _row_count(connection, self.table)
         bound = [max(math.log((rows - n + 0.5) / (n + 0.5)), 1e-6) * (K1 + 1.0) for n in counts]
         order = sorted(range(len(phrases)), key=lambda i: counts[i])
@@ -91,6 +113,21 @@ class FtsTopK:
             if len(best) == limit and best[-1][1] > threshold:
                 return best
         return None
+
+    def _summed(
+        self, connection: sqlite3.Connection, terms: Sequence[str], counts: Sequence[int], limit: int
+    ) -> list[tuple[int, float]] | None:
+        """The ranking summed from each phrase's own scores (stored, or asked from FTS5 when the phrases without
+        stored scores have at most the budget's rows in all); None otherwise."""
+        found = [stored_scores(connection, self.table, term) if count > self.budget else None
+                 for term, count in zip(terms, counts, strict=True)]  # fmt: skip
+        if sum(count for count, scores in zip(counts, found, strict=True) if scores is None) > self.budget:
+            return None
+        scores: list[TermScores] = [
+            phrase_scores(connection, self.table, self.weights, term) if known is None else known
+            for term, known in zip(terms, found, strict=True)
+        ]
+        return rank(scores, limit)
 
     def _candidates(
         self, connection: sqlite3.Connection, rare: Sequence[str], everything: str, limit: int
