@@ -98,7 +98,7 @@ class FtsTopK:
         if sum(counts) <= self.budget:
             return None  # the full query is cheap
         if stored:
-            summed = self._summed(connection, [term for (term,) in terms], counts, limit)
+            summed = self._summed(connection, phrases, [term for (term,) in terms], counts, limit)
             if summed is not None:
                 return summed
         if len(phrases) < 2:
@@ -115,17 +115,23 @@ class FtsTopK:
         return None
 
     def _summed(
-        self, connection: sqlite3.Connection, terms: Sequence[str], counts: Sequence[int], limit: int
+        self,
+        connection: sqlite3.Connection,
+        phrases: Sequence[str],
+        terms: Sequence[str],
+        counts: Sequence[int],
+        limit: int,
     ) -> list[tuple[int, float]] | None:
-        """The ranking summed from each phrase's own scores (stored, or asked from FTS5 when the phrases without
-        stored scores have at most the budget's rows in all); None otherwise."""
+        """The ranking summed from each phrase's own scores: its term's stored ones, or FTS5's for the phrase
+        itself (not its term: a stem stemmed again may be another) when the phrases without stored scores have
+        at most the budget's rows in all; None otherwise."""
         found = [stored_scores(connection, self.table, term) if count > self.budget else None
                  for term, count in zip(terms, counts, strict=True)]  # fmt: skip
         if sum(count for count, scores in zip(counts, found, strict=True) if scores is None) > self.budget:
             return None
         scores: list[TermScores] = [
-            phrase_scores(connection, self.table, self.weights, term) if known is None else known
-            for term, known in zip(terms, found, strict=True)
+            phrase_scores(connection, self.table, self.weights, phrase) if known is None else known
+            for phrase, known in zip(phrases, found, strict=True)
         ]
         return rank(scores, limit)
 

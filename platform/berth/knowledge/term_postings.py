@@ -89,13 +89,13 @@ def stored_scores(connection: sqlite3.Connection, table: str, term: str) -> Term
     return rowids.astype(np.int64), np.frombuffer(scores, dtype=np.float64)
 
 
-def phrase_scores(connection: sqlite3.Connection, table: str, weights: str, term: str) -> TermScores:
-    """A term's rows and scores, asked from FTS5 (a query of it alone, rows in rowid order)."""
+def phrase_scores(connection: sqlite3.Connection, table: str, weights: str, phrase: str) -> TermScores:
+    """A phrase's rows and scores, asked from FTS5 (a query of it alone, quoted; rows in rowid order)."""
     import numpy as np
 
     rows = connection.execute(
         f"SELECT rowid, -bm25({table}, {weights}) FROM {table} WHERE {table} MATCH ?",  # noqa: S608
-        ('"' + term.replace('"', '""') + '"',),
+        ('"' + phrase.replace('"', '""') + '"',),
     ).fetchall()
     ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
     scores = np.fromiter((row[1] for row in rows), dtype=np.float64, count=len(rows))

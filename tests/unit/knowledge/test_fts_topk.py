@@ -93,6 +93,10 @@ def listed(tmp_path_factory: pytest.TempPathFactory) -> SqliteSpaceStore:
     folder = tmp_path_factory.mktemp("impacts")
     (folder / "src").mkdir()
     corpus(folder / "src")
+    restemmed = "\n\n".join(  # 'erase' → 'eras' → 'era': a stem that a second stemming changes
+        f"def erase_{i}(self):\n    return self.erase(value) or EventGenerator(name)\n" for i in range(6)
+    )
+    (folder / "src" / "erasing.py").write_text(restemmed, encoding="utf-8")
     service = KnowledgeService(folder / "knowledge")
     index = service.open("bundle", KnowledgeSpace(name="code", indexer=SourceTree(folder / "src")))
     asyncio.run(index.refresh())
@@ -131,6 +135,14 @@ def test_term_scores_of_another_version_are_never_read(listed: SqliteSpaceStore)
         listed.save_term_scores(int(version))
     assert listed._read("SELECT value FROM meta WHERE key = 'term_scores'") == [(version,)]
     assert listed._pruned("value", 5) == listed._read(FULL, (fts_query("value"), 5))
+
+
+def test_a_word_whose_stem_stems_again_to_another_is_asked_as_written(listed: SqliteSpaceStore) -> None:
+    assert listed._top.tokens("erase") == ("eras",) and listed._top.tokens("eras") != ("eras",)
+    for query in ("self erase", "return value erase", "name EventGenerator self"):
+        answer = listed._pruned(query, 10)
+        assert answer is not None, query
+        assert answer == listed._read(FULL, (fts_query(query), 10)), query
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
