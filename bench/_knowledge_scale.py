@@ -48,7 +48,7 @@ from _embedding_rate import embedding_rates as shared_embedding_rates
 from _embedding_rate import refresh_texts
 
 from berth.bundle.knowledge import KnowledgeSpace, SourceTree
-from berth.knowledge.fts_topk import BUDGET
+from berth.knowledge.fts_topk import STORED
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.space import EMBED_BATCH, IndexProgress, SpaceIndex
 from berth.knowledge.sqlite_store import SqliteSpaceStore, fts_query
@@ -181,7 +181,7 @@ def term_scores(database: Path, asked: Sequence[str], limit: int = 50) -> None:
     terms, rows = store.save_term_scores(int(version))
     took = time.perf_counter() - began
     ((size,),) = store._read("SELECT sum(length(ids) + length(scores)) FROM chunks_fts_postings")
-    print(f"\nstored term scores: {terms} terms in over {BUDGET:,} chunks, {rows:,} rows, {(size or 0) / 1e6:.0f} MB; "
+    print(f"\nstored term scores: {terms} terms in over {STORED:,} chunks, {rows:,} rows, {(size or 0) / 1e6:.0f} MB; "
           f"stored in {took:.1f} s (each refresh that changes chunks, after its commit)")  # fmt: skip
     same = close = differ = 0
     for query in asked:

@@ -35,6 +35,14 @@ K1: Final = 1.2
 """FTS5's ``bm25()`` constant k1 (b is 0.75): a phrase adds less than ``idf * (k1 + 1)`` to any row."""
 BUDGET: Final = 4_000
 """At most this many candidate rows (the rarest phrases' rows, counted with repeats) are scored exactly."""
+STORED: Final = 1_000
+"""Terms in more rows than this have their own scores stored (:mod:`berth.knowledge.term_postings`): the phrases
+of a query without them are asked from FTS5, at most :data:`BUDGET` rows in all."""
+SUFFIXES: Final = (
+    "", "e", "s", "es", "ed", "ing", "ion", "ation", "ate", "al", "er", "y", "ly", "ize", "ment",
+    "ence", "ance", "ive", "ous", "ity", "ness", "ful", "ism", "ist", "ent", "ant", "ible", "able",
+)  # fmt: skip
+"""Endings tried after a stem to find a word that stems to it (:meth:`FtsTopK.phrase_for`)."""
 _MARGIN: Final = 1e-9
 """Added to the bound (relative and absolute): a candidate must beat it clearly, not by rounding."""
 
@@ -42,9 +50,12 @@ _MARGIN: Final = 1e-9
 class FtsTopK:
     """Pruned BM25 top-k over one contentless FTS5 table (``table``) of ``connection``'s main database."""
 
-    def __init__(self, table: str, tokenizer: str, weights: Sequence[float], *, budget: int = BUDGET) -> None:
+    def __init__(
+        self, table: str, tokenizer: str, weights: Sequence[float], *, budget: int = BUDGET, stored: int = STORED
+    ) -> None:
         self.table = table
         self.budget = budget
+        self.stored = stored
         self.weights = ", ".join(str(weight) for weight in weights)
         self._tokenizer = tokenizer
         self._tokens: dict[str, tuple[str, ...]] = {}
@@ -71,11 +82,17 @@ class FtsTopK:
         return found
 
     def build(self, connection: sqlite3.Connection) -> tuple[int, int]:
-        """(Re)write the stored scores of the table's terms in more rows than the budget, in ``connection``'s open
+        """(Re)write the stored scores of the table's terms in more rows than ``stored``, in ``connection``'s open
         transaction: (terms, rows) stored. The caller stamps them with the index version."""
-        return build_postings(
-            connection, self.table, self.weights, lambda term: self.tokens(term) == (term,), common=self.budget
-        )
+        return build_postings(connection, self.table, self.weights, self.phrase_for, common=self.stored)
+
+    def phrase_for(self, term: str) -> str | None:
+        """A word the tokenizer makes into ``term`` alone: the term itself, or the term and one of
+        :data:`SUFFIXES` (Porter's stem of ``raise`` is ``rais``, and ``rais`` stems to ``rai``); None if none."""
+        for suffix in SUFFIXES:
+            if self.tokens(term + suffix) == (term,):
+                return term + suffix
+        return None
 
     def search(
         self, connection: sqlite3.Connection, words: Sequence[str], limit: int, *, stored: bool = False
@@ -87,18 +104,16 @@ class FtsTopK:
         terms = [self.tokens(word) for word in phrases]
         if not phrases or any(len(term) != 1 for term in terms):
             return None
-        vocabulary = f"temp.{self.table}_rows"
-        connection.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocabulary} USING fts5vocab(main, '{self.table}', 'row')"
-        )
-        counts = []
-        for (term,) in terms:
-            found = connection.execute(f"SELECT doc FROM {vocabulary} WHERE term = ?", (term,)).fetchall()  # noqa: S608
-            counts.append(int(found[0][0]) if found else 0)
+        # a stored term's rows are counted by its stored scores: FTS5's count reads its whole posting list
+        known = [stored_scores(connection, self.table, term) if stored else None for (term,) in terms]
+        counts = [
+            len(scores[0]) if scores is not None else self._count(connection, term)
+            for (term,), scores in zip(terms, known, strict=True)
+        ]
         if sum(counts) <= self.budget:
             return None  # the full query is cheap
         if stored:
-            summed = self._summed(connection, phrases, [term for (term,) in terms], counts, limit)
+            summed = self._summed(connection, phrases, known, counts, limit)
             if summed is not None:
                 return summed
         if len(phrases) < 2:
@@ -114,24 +129,31 @@ class FtsTopK:
                 return best
         return None
 
+    def _count(self, connection: sqlite3.Connection, term: str) -> int:
+        """How many rows hold ``term`` (FTS5's own count, ``fts5vocab``)."""
+        vocabulary = f"temp.{self.table}_rows"
+        connection.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocabulary} USING fts5vocab(main, '{self.table}', 'row')"
+        )
+        found = connection.execute(f"SELECT doc FROM {vocabulary} WHERE term = ?", (term,)).fetchall()  # noqa: S608
+        return int(found[0][0]) if found else 0
+
     def _summed(
         self,
         connection: sqlite3.Connection,
         phrases: Sequence[str],
-        terms: Sequence[str],
+        known: Sequence[TermScores | None],
         counts: Sequence[int],
         limit: int,
     ) -> list[tuple[int, float]] | None:
-        """The ranking summed from each phrase's own scores: its term's stored ones, or FTS5's for the phrase
-        itself (not its term: a stem stemmed again may be another) when the phrases without stored scores have
-        at most the budget's rows in all; None otherwise."""
-        found = [stored_scores(connection, self.table, term) if count > self.budget else None
-                 for term, count in zip(terms, counts, strict=True)]  # fmt: skip
-        if sum(count for count, scores in zip(counts, found, strict=True) if scores is None) > self.budget:
+        """The ranking summed from each phrase's own scores: its term's stored ones (``known``), or FTS5's for
+        the phrase itself (not its term: a stem stemmed again may be another) when the phrases without stored
+        scores have at most the budget's rows in all; None otherwise."""
+        if sum(count for count, scores in zip(counts, known, strict=True) if scores is None) > self.budget:
             return None
         scores: list[TermScores] = [
-            phrase_scores(connection, self.table, self.weights, phrase) if known is None else known
-            for phrase, known in zip(phrases, found, strict=True)
+            phrase_scores(connection, self.table, self.weights, phrase) if found is None else found
+            for phrase, found in zip(phrases, known, strict=True)
         ]
         return rank(scores, limit)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TermScores", "build_postings", "phrase_scores", "rank", "stored_scores"]
 
-TermScores = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.float64]"]
-"""A phrase's rows (ascending rowids) and the score it adds to each."""
+TermScores = tuple["npt.NDArray[np.integer[Any]]", "npt.NDArray[np.float64]"]
+"""A phrase's rows (ascending rowids, int32 or int64) and the score it adds to each."""
 
 
 def postings_table(table: str) -> str:
@@ -37,14 +37,14 @@ def build_postings(
     connection: sqlite3.Connection,
     table: str,
     weights: str,
-    reproduces: Callable[[str], bool],
+    phrase_for: Callable[[str], str | None],
     *,
     common: int,
 ) -> tuple[int, int]:
     """(Re)write the stored scores of ``table`` in ``connection``'s open transaction: for each term in more than
-    ``common`` rows that ``reproduces`` (a query of the term itself tokenizes to it: a stem stemmed again may not
-    be), its rows (4-byte rowids when they fit) and ``-bm25(table, weights)`` of a query of it alone. Returns
-    (terms, rows) stored."""
+    ``common`` rows that has a phrase (``phrase_for``: a word the tokenizer makes into that term alone — not
+    always the term itself, a stem stemmed again may be another), its rows (4-byte rowids when they fit) and
+    ``-bm25(table, weights)`` of a query of that phrase alone. Returns (terms, rows) stored."""
     import numpy as np
 
     stored = postings_table(table)
@@ -58,9 +58,10 @@ def build_postings(
     terms = [str(row[0]) for row in connection.execute(f"SELECT term FROM {vocabulary} WHERE doc > ?", (common,))]  # noqa: S608
     listed = rows = 0
     for term in terms:
-        if not reproduces(term):
+        phrase = phrase_for(term)
+        if phrase is None:
             continue
-        ids, scores = phrase_scores(connection, table, weights, term)
+        ids, scores = phrase_scores(connection, table, weights, phrase)
         narrow = ids.astype(np.int32) if len(ids) and int(ids.max()) < 2**31 and int(ids.min()) >= 0 else ids
         connection.execute(
             f"INSERT INTO {stored} (term, ids, id_bytes, scores) VALUES (?, ?, ?, ?)",  # noqa: S608
@@ -85,8 +86,7 @@ def stored_scores(connection: sqlite3.Connection, table: str, term: str) -> Term
     if not found:
         return None
     ids, width, scores = found[0]
-    rowids = np.frombuffer(ids, dtype=np.int32 if width == 4 else np.int64)
-    return rowids.astype(np.int64), np.frombuffer(scores, dtype=np.float64)
+    return np.frombuffer(ids, dtype=np.int32 if width == 4 else np.int64), np.frombuffer(scores, dtype=np.float64)
 
 
 def phrase_scores(connection: sqlite3.Connection, table: str, weights: str, phrase: str) -> TermScores:
@@ -110,7 +110,7 @@ def rank(phrases: Sequence[TermScores], limit: int) -> list[tuple[int, float]]:
     present = [ids for ids, _ in phrases if len(ids)]
     if not present or limit <= 0:
         return []
-    size = max(int(ids.max()) for ids in present) + 1
+    size = max(int(ids[-1]) for ids in present) + 1  # ascending
     total = np.zeros(size, dtype=np.float64)
     seen = np.zeros(size, dtype=bool)
     for ids, scores in phrases:

@@ -89,7 +89,7 @@ EVERY = (
 
 @pytest.fixture(scope="module")
 def listed(tmp_path_factory: pytest.TempPathFactory) -> SqliteSpaceStore:
-    """A space of 40 files whose common words are in most chunks, the scores of each word in over 60 rows stored."""
+    """A space of 40 files whose common words are in most chunks, the scores of each word in over 30 rows stored."""
     folder = tmp_path_factory.mktemp("impacts")
     (folder / "src").mkdir()
     corpus(folder / "src")
@@ -102,7 +102,7 @@ def listed(tmp_path_factory: pytest.TempPathFactory) -> SqliteSpaceStore:
     asyncio.run(index.refresh())
     asyncio.run(index.aclose())
     opened = SqliteSpaceStore(service.store_path("bundle", "code"))
-    opened._top = FtsTopK("chunks_fts", TOKENIZER, (3.0, 2.0, 1.0), budget=60)
+    opened._top = FtsTopK("chunks_fts", TOKENIZER, (3.0, 2.0, 1.0), budget=60, stored=30)
     ((version,),) = opened._read("SELECT value FROM meta WHERE key = 'version'")
     opened.save_term_scores(int(version))
     return opened
@@ -155,7 +155,7 @@ def test_a_pruned_ranking_is_the_full_ranking(listed: SqliteSpaceStore, words: l
     query = " ".join(words)
     answer = listed._pruned(query, limit)
     full = listed._read(FULL, (fts_query(query), limit))
-    common = all(len(listed._read(EVERY, (fts_query(word),))) > 60 for word in words)
+    common = all(len(listed._read(EVERY, (fts_query(word),))) > 30 for word in words)
     if answer is not None and common:  # summed from the stored scores: to the bit
         assert answer == full, query
     elif answer is not None:  # the rare-phrase pruning: its sums are added in another order (last bits)
