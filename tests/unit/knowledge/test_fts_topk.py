@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth.bundle.knowledge import KnowledgeSpace, SourceTree
@@ -88,9 +89,9 @@ EVERY = (
 
 
 @pytest.fixture(scope="module")
-def listed(tmp_path_factory: pytest.TempPathFactory) -> SqliteSpaceStore:
+def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteSpaceStore]:
     """A space of 40 files whose common words are in most chunks, the scores of each word in over 30 rows stored."""
-    folder = tmp_path_factory.mktemp("impacts")
+    folder = tmp_path_factory.mktemp("stored")
     (folder / "src").mkdir()
     corpus(folder / "src")
     restemmed = "\n\n".join(  # 'erase' → 'eras' → 'era': a stem that a second stemming changes
@@ -105,7 +106,27 @@ def listed(tmp_path_factory: pytest.TempPathFactory) -> SqliteSpaceStore:
     opened._top = FtsTopK("chunks_fts", TOKENIZER, (3.0, 2.0, 1.0), budget=60, stored=30)
     ((version,),) = opened._read("SELECT value FROM meta WHERE key = 'version'")
     opened.save_term_scores(int(version))
-    return opened
+    yield opened
+    opened.close()
+
+
+async def test_each_refresh_leaves_the_term_scores_of_its_version(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    corpus(tmp_path / "src", files=6)
+    service = KnowledgeService(tmp_path / "knowledge")
+    index = service.open("bundle", KnowledgeSpace(name="code", indexer=SourceTree(tmp_path / "src")))
+    stamps = "SELECT key, value FROM meta WHERE key IN ('version', 'term_scores') ORDER BY key"
+    try:
+        for change in ("first index", "a file changed", "nothing changed"):
+            if change == "a file changed":
+                (tmp_path / "src" / "module_0.py").write_text("def parse0(self):\n    return value\n", encoding="utf-8")
+            await index.refresh()
+            store = SqliteSpaceStore(service.store_path("bundle", "code"))
+            (_, scored), (_, version) = store._read(stamps)
+            store.close()
+            assert scored == version, change
+    finally:
+        await index.aclose()
 
 
 def test_common_word_queries_are_summed_from_stored_scores_to_fts5_s_bits(listed: SqliteSpaceStore) -> None:
@@ -145,7 +166,7 @@ def test_a_word_whose_stem_stems_again_to_another_is_asked_as_written(listed: Sq
         assert answer == listed._read(FULL, (fts_query(query), 10)), query
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None)
 @given(
     words=st.lists(st.sampled_from(COMMON), min_size=1, max_size=4)
     | st.lists(st.sampled_from(COMMON + RARE[:6]), min_size=1, max_size=4),
