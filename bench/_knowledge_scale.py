@@ -21,6 +21,11 @@ indexed by ``SourceTree`` into one SQLite space. Printed:
   was just read). Arms: ``lexical``, ``hybrid``, and ``hybrid, warmed`` — ``SpaceIndex.warm()`` (what the host
   starts in the background after start) awaited first, its time shown apart.
 * **embedding** — chunks/s of the embedder over a sample of the chunks, embedded as a refresh embeds them.
+* **stored term scores** — the common terms' own scores (:mod:`berth.knowledge.term_postings`) stored again, as a
+  refresh that changes chunks stores them after committing: the time, the terms, rows and bytes; then each query's
+  pruned ranking (``SqliteSpaceStore._pruned``, limit 50) against FTS5's own ``ORDER BY bm25(...) LIMIT 50``: how many
+  are the same rows, order and score bits, how many the same rows and order with scores equal to 1e-12 (the
+  rare-phrase pruning adds its sums in another order), how many differ (none should).
 """
 
 from __future__ import annotations
@@ -43,9 +48,10 @@ from _embedding_rate import embedding_rates as shared_embedding_rates
 from _embedding_rate import refresh_texts
 
 from berth.bundle.knowledge import KnowledgeSpace, SourceTree
+from berth.knowledge.fts_topk import STORED
 from berth.knowledge.service import KnowledgeService
 from berth.knowledge.space import EMBED_BATCH, IndexProgress, SpaceIndex
-from berth.knowledge.sqlite_store import fts_query
+from berth.knowledge.sqlite_store import SqliteSpaceStore, fts_query
 
 SCALE_PACKAGES = (
     "sympy", "moto", "numpy", "anthropic", "networkx", "pip", "mypy", "pygments", "langsmith", "schemathesis",
@@ -160,6 +166,43 @@ async def build(root: Path, corpus: Path, embedder: Any) -> tuple[SpaceIndex, di
     return index, done
 
 
+FULL_LEXICAL = (
+    "SELECT rowid, -bm25(chunks_fts, 3.0, 2.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
+    "ORDER BY bm25(chunks_fts, 3.0, 2.0, 1.0) LIMIT ?"
+)
+"""The store's unpruned lexical query: FTS5 scores every matching row."""
+
+
+def term_scores(database: Path, asked: Sequence[str], limit: int = 50) -> None:
+    """Store the common terms' scores again, timed (a refresh's cost), then check every pruned ranking."""
+    store = SqliteSpaceStore(database)
+    ((version,),) = store._read("SELECT value FROM meta WHERE key = 'version'")
+    began = time.perf_counter()
+    terms, rows = store.save_term_scores(int(version))
+    took = time.perf_counter() - began
+    ((size,),) = store._read("SELECT sum(length(ids) + length(scores)) FROM chunks_fts_postings")
+    print(f"\nstored term scores: {terms} terms in over {STORED:,} chunks, {rows:,} rows, {(size or 0) / 1e6:.0f} MB; "
+          f"stored in {took:.1f} s (each refresh that changes chunks, after its commit)")  # fmt: skip
+    same = close = differ = 0
+    for query in asked:
+        answer = store._pruned(query, limit)
+        if answer is None:
+            continue
+        full = [(int(rowid), float(score)) for rowid, score in store._read(FULL_LEXICAL, (fts_query(query), limit))]
+        if answer == full:
+            same += 1
+        elif [r for r, _ in answer] == [r for r, _ in full] and all(
+            abs(a - b) <= 1e-12 * abs(b) for (_, a), (_, b) in zip(answer, full, strict=True)
+        ):
+            close += 1
+        else:
+            differ += 1
+    store.close()
+    print(f"pruned rankings (limit {limit}) against FTS5's own: {same + close + differ} of {len(asked)} pruned; "
+          f"{same} the same rows, order and score bits; {close} the same rows and order, scores to 1e-12; "
+          f"{differ} differ")  # fmt: skip
+
+
 def embedding_rates(database: Path, embedder: Any, sample: int, runs: int) -> list[float]:
     """Chunks/s of ``embedder.embed`` over ``sample`` chunks (evenly spaced ids), as a refresh embeds them."""
     connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
@@ -255,6 +298,7 @@ async def run_scale(root: Path, runs: int, count: int, embed_sample: int) -> Non
     print(f"embedding (wordllama, {embed_sample} chunks, batches of {EMBED_BATCH}, 3 runs): "
           f"{spread(rates)} chunks/s", flush=True)  # fmt: skip
     asked = await queries(index, count)
+    await asyncio.to_thread(term_scores, database, asked)
     peers = Peers(database, root / "peer-fts5.sqlite3", embedder)
     results = await latency(index, peers, asked, runs)
     await index.aclose()

@@ -11,6 +11,12 @@ own, which a query of ``R`` alone gives for the same rows, and is subtracted. Wh
 score beats ``T``, no other row can enter: these are the rows, and the scores, of the full query (to the last
 bit or two of a double: the sums are added in another order). Otherwise R grows by the next rarest phrase,
 while its rows stay under :data:`BUDGET`; past it, or for a phrase of several tokens, the full query runs.
+
+A query of common words has no rare phrase to prune by. When the index keeps its common terms' own scores
+(:mod:`berth.knowledge.term_postings`, current for its version: the caller checks), the query's ranking is added
+up from them instead, phrase by phrase (a rarer phrase's own scores asked from FTS5): FTS5's own sum, to the bit,
+with no bound to prove. That way is taken first whenever it can be (every phrase stored, or rarer ones with at most
+:data:`BUDGET` rows in all), since it is exact where the rare-phrase pruning is exact to the last bit or two.
 """
 
 from __future__ import annotations
@@ -21,12 +27,22 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
+from berth.knowledge.term_postings import TermScores, build_postings, phrase_scores, rank, stored_scores
+
 __all__ = ["BUDGET", "K1", "FtsTopK"]
 
 K1: Final = 1.2
 """FTS5's ``bm25()`` constant k1 (b is 0.75): a phrase adds less than ``idf * (k1 + 1)`` to any row."""
 BUDGET: Final = 4_000
 """At most this many candidate rows (the rarest phrases' rows, counted with repeats) are scored exactly."""
+STORED: Final = 1_000
+"""Terms in more rows than this have their own scores stored (:mod:`berth.knowledge.term_postings`): the phrases
+of a query without them are asked from FTS5, at most :data:`BUDGET` rows in all."""
+SUFFIXES: Final = (
+    "", "e", "s", "es", "ed", "ing", "ion", "ation", "ate", "al", "er", "y", "ly", "ize", "ment",
+    "ence", "ance", "ive", "ous", "ity", "ness", "ful", "ism", "ist", "ent", "ant", "ible", "able",
+)  # fmt: skip
+"""Endings tried after a stem to find a word that stems to it (:meth:`FtsTopK.phrase_for`)."""
 _MARGIN: Final = 1e-9
 """Added to the bound (relative and absolute): a candidate must beat it clearly, not by rounding."""
 
@@ -34,9 +50,12 @@ _MARGIN: Final = 1e-9
 class FtsTopK:
     """Pruned BM25 top-k over one contentless FTS5 table (``table``) of ``connection``'s main database."""
 
-    def __init__(self, table: str, tokenizer: str, weights: Sequence[float], *, budget: int = BUDGET) -> None:
+    def __init__(
+        self, table: str, tokenizer: str, weights: Sequence[float], *, budget: int = BUDGET, stored: int = STORED
+    ) -> None:
         self.table = table
         self.budget = budget
+        self.stored = stored
         self.weights = ", ".join(str(weight) for weight in weights)
         self._tokenizer = tokenizer
         self._tokens: dict[str, tuple[str, ...]] = {}
@@ -62,25 +81,43 @@ class FtsTopK:
         self._tokens[word] = found
         return found
 
+    def build(self, connection: sqlite3.Connection) -> tuple[int, int]:
+        """(Re)write the stored scores of the table's terms in more rows than ``stored``, in ``connection``'s open
+        transaction: (terms, rows) stored. The caller stamps them with the index version."""
+        return build_postings(connection, self.table, self.weights, self.phrase_for, common=self.stored)
+
+    def phrase_for(self, term: str) -> str | None:
+        """A word the tokenizer makes into ``term`` alone: the term itself, or the term and one of
+        :data:`SUFFIXES` (Porter's stem of ``raise`` is ``rais``, and ``rais`` stems to ``rai``); None if none."""
+        for suffix in SUFFIXES:
+            if self.tokens(term + suffix) == (term,):
+                return term + suffix
+        return None
+
     def search(
-        self, connection: sqlite3.Connection, words: Sequence[str], limit: int
+        self, connection: sqlite3.Connection, words: Sequence[str], limit: int, *, stored: bool = False
     ) -> list[tuple[int, float]] | None:
         """The ``limit`` best (rowid, -bm25) for the OR of ``words`` (each a quoted phrase), best first; None
-        when pruning cannot answer (the caller runs the full query)."""
+        when pruning cannot answer (the caller runs the full query). ``stored``: the table's stored term scores
+        are of its current version (the module's docstring)."""
         phrases = list(dict.fromkeys(words))
         terms = [self.tokens(word) for word in phrases]
-        if len(phrases) < 2 or any(len(term) != 1 for term in terms):
+        if not phrases or any(len(term) != 1 for term in terms):
             return None
-        vocabulary = f"temp.{self.table}_rows"
-        connection.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocabulary} USING fts5vocab(main, '{self.table}', 'row')"
-        )
-        counts = []
-        for (term,) in terms:
-            found = connection.execute(f"SELECT doc FROM {vocabulary} WHERE term = ?", (term,)).fetchall()  # noqa: S608
-            counts.append(int(found[0][0]) if found else 0)
+        # a stored term's rows are counted by its stored scores: FTS5's count reads its whole posting list
+        known = [stored_scores(connection, self.table, term) if stored else None for (term,) in terms]
+        counts = [
+            len(scores[0]) if scores is not None else self._count(connection, term)
+            for (term,), scores in zip(terms, known, strict=True)
+        ]
         if sum(counts) <= self.budget:
             return None  # the full query is cheap
+        if stored:
+            summed = self._summed(connection, phrases, known, counts, limit)
+            if summed is not None:
+                return summed
+        if len(phrases) < 2:
+            return None
         rows = _row_count(connection, self.table)
         bound = [max(math.log((rows - n + 0.5) / (n + 0.5)), 1e-6) * (K1 + 1.0) for n in counts]
         order = sorted(range(len(phrases)), key=lambda i: counts[i])
@@ -91,6 +128,34 @@ class FtsTopK:
             if len(best) == limit and best[-1][1] > threshold:
                 return best
         return None
+
+    def _count(self, connection: sqlite3.Connection, term: str) -> int:
+        """How many rows hold ``term`` (FTS5's own count, ``fts5vocab``)."""
+        vocabulary = f"temp.{self.table}_rows"
+        connection.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocabulary} USING fts5vocab(main, '{self.table}', 'row')"
+        )
+        found = connection.execute(f"SELECT doc FROM {vocabulary} WHERE term = ?", (term,)).fetchall()  # noqa: S608
+        return int(found[0][0]) if found else 0
+
+    def _summed(
+        self,
+        connection: sqlite3.Connection,
+        phrases: Sequence[str],
+        known: Sequence[TermScores | None],
+        counts: Sequence[int],
+        limit: int,
+    ) -> list[tuple[int, float]] | None:
+        """The ranking summed from each phrase's own scores: its term's stored ones (``known``), or FTS5's for
+        the phrase itself (not its term: a stem stemmed again may be another) when the phrases without stored
+        scores have at most the budget's rows in all; None otherwise."""
+        if sum(count for count, scores in zip(counts, known, strict=True) if scores is None) > self.budget:
+            return None
+        scores: list[TermScores] = [
+            phrase_scores(connection, self.table, self.weights, phrase) if found is None else found
+            for phrase, found in zip(phrases, known, strict=True)
+        ]
+        return rank(scores, limit)
 
     def _candidates(
         self, connection: sqlite3.Connection, rare: Sequence[str], everything: str, limit: int

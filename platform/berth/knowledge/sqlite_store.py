@@ -87,6 +87,11 @@ _WEIGHTS: Final = (3.0, 2.0, 1.0)
 """``bm25()``'s weights of title, path and text."""
 _ALL: Final = -1
 """``LIMIT -1``: no limit."""
+TERM_SCORES_KEY: Final = "term_scores"
+"""The ``meta`` key naming the version the stored term scores (``chunks_fts_postings``) were built for: those of
+another version are never read."""
+_STAMPS: Final = f"SELECT key, value FROM meta WHERE key IN ('version', '{TERM_SCORES_KEY}')"  # noqa: S608
+_SET_META: Final = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
 def fts_query(query: str) -> str | None:
@@ -108,6 +113,7 @@ class SqliteSpaceStore:
         self._connection: sqlite3.Connection | None = None
         self._vectors: VectorMatrix | None = None
         self._top = FtsTopK("chunks_fts", TOKENIZER, _WEIGHTS)
+        self._term_scores_tried = ""
 
     @property
     def _reader(self) -> sqlite3.Connection:
@@ -226,9 +232,38 @@ class SqliteSpaceStore:
         return [(int(rowid), float(score)) for rowid, score in rows]
 
     def _pruned(self, query: str, limit: int) -> list[tuple[int, float]] | None:
-        """The lexical ranking without scoring every matching row (:mod:`berth.knowledge.fts_topk`), or None."""
+        """The lexical ranking without scoring every matching row (:mod:`berth.knowledge.fts_topk`), or None.
+        One read transaction: the stored term scores, their stamp and the index are of one version. An index
+        without current ones (written before them) gets them here, once per version, when a query could use them."""
         with self._lock:
-            return self._top.search(self._reader, query_words(query), limit)
+            reader = self._reader
+            reader.execute("BEGIN")
+            try:
+                stamps = dict(reader.execute(_STAMPS).fetchall())
+                version = stamps.get("version", "0")
+                current = stamps.get(TERM_SCORES_KEY) == version
+                found = self._top.search(reader, query_words(query), limit, stored=current)
+            finally:
+                reader.execute("COMMIT")
+        if found is not None or current or version == "0" or self._term_scores_tried == version:
+            return found
+        self._term_scores_tried = version
+        with contextlib.suppress(OSError, sqlite3.Error):  # a read-only folder, a busy writer: the full query
+            self.save_term_scores(int(version))
+            return self._pruned(query, limit)
+        return None
+
+    def save_term_scores(self, version: int) -> tuple[int, int]:
+        """Store the common terms' scores of ``version`` (:mod:`berth.knowledge.term_postings`) and commit their
+        stamp, unless a refresh committed another version meanwhile (it stores its own): (terms, rows) stored.
+        A refresh that changes chunks calls it after committing; so does the first search that could use them."""
+        with self._write_transaction() as writer:
+            committed = dict(writer.execute(_STAMPS).fetchall())
+            if int(committed.get("version", "0")) != version:
+                return 0, 0
+            stored = self._top.build(writer)
+            writer.execute(_SET_META, (TERM_SCORES_KEY, str(version)))
+            return stored
 
     async def matching(self, within: ChunkFilter, limit: int) -> list[int]:
         """The ids of the chunks ``within`` lets through (at most ``limit``), in path and line order."""
@@ -347,8 +382,13 @@ class SqliteSpaceStore:
             vectors_changed = _vectors_changed(writer, updates, removed)
             if vectors_changed:  # the new version's vector files, written before it commits
                 _write_vectors(writer, self.path, new_version)
+            if not updates and not removed:  # the same rows: the stored scores stay true
+                writer.execute("UPDATE meta SET value = ? WHERE key = ? AND value = ?", (
+                    str(new_version), TERM_SCORES_KEY, str(version)))  # fmt: skip
         if vectors_changed:
             _prune(self.path)
+        if updates or removed:  # after the commit: searches meanwhile run in full, never on stale scores
+            self.save_term_scores(new_version)
         return new_version
 
     @asynccontextmanager

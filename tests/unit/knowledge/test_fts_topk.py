@@ -1,13 +1,19 @@
 """The SQLite store's lexical ranking without scoring every matching row (:mod:`berth.knowledge.fts_topk`) gives
 the rows, order and scores of FTS5's own ``ORDER BY bm25(...) LIMIT``, on a corpus where common words match most
-chunks and rare ones few (the budget lowered so that a small corpus prunes)."""
+chunks and rare ones few (the budget lowered so that a small corpus prunes). Queries whose words are common are
+summed from the stored term scores (:mod:`berth.knowledge.term_postings`) to the bit: the same rows, scores and
+order."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.bundle.knowledge import KnowledgeSpace, SourceTree
 from berth.knowledge.fts_topk import FtsTopK
@@ -74,3 +80,104 @@ async def test_a_query_pruning_cannot_answer_runs_in_full(store: SqliteSpaceStor
     assert store._pruned("parse3", 5) is None, "one word: nothing to prune"
     assert await store.lexical(two_tokens, 5) == store._read(FULL, (fts_query(two_tokens), 5))
     store.close()
+
+
+EVERY = (
+    "SELECT rowid, -bm25(chunks_fts, 3.0, 2.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
+    "ORDER BY bm25(chunks_fts, 3.0, 2.0, 1.0)"
+)
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteSpaceStore]:
+    """A space of 40 files whose common words are in most chunks, the scores of each word in over 30 rows stored."""
+    folder = tmp_path_factory.mktemp("stored")
+    (folder / "src").mkdir()
+    corpus(folder / "src")
+    restemmed = "\n\n".join(  # 'erase' → 'eras' → 'era': a stem that a second stemming changes
+        f"def erase_{i}(self):\n    return self.erase(value) or EventGenerator(name)\n" for i in range(6)
+    )
+    (folder / "src" / "erasing.py").write_text(restemmed, encoding="utf-8")
+    service = KnowledgeService(folder / "knowledge")
+    index = service.open("bundle", KnowledgeSpace(name="code", indexer=SourceTree(folder / "src")))
+    asyncio.run(index.refresh())
+    asyncio.run(index.aclose())
+    opened = SqliteSpaceStore(service.store_path("bundle", "code"))
+    opened._top = FtsTopK("chunks_fts", TOKENIZER, (3.0, 2.0, 1.0), budget=60, stored=30)
+    ((version,),) = opened._read("SELECT value FROM meta WHERE key = 'version'")
+    opened.save_term_scores(int(version))
+    yield opened
+    opened.close()
+
+
+async def test_each_refresh_leaves_the_term_scores_of_its_version(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    corpus(tmp_path / "src", files=6)
+    service = KnowledgeService(tmp_path / "knowledge")
+    index = service.open("bundle", KnowledgeSpace(name="code", indexer=SourceTree(tmp_path / "src")))
+    stamps = "SELECT key, value FROM meta WHERE key IN ('version', 'term_scores') ORDER BY key"
+    try:
+        for change in ("first index", "a file changed", "nothing changed"):
+            if change == "a file changed":
+                (tmp_path / "src" / "module_0.py").write_text("def parse0(self):\n    return value\n", encoding="utf-8")
+            await index.refresh()
+            store = SqliteSpaceStore(service.store_path("bundle", "code"))
+            (_, scored), (_, version) = store._read(stamps)
+            store.close()
+            assert scored == version, change
+    finally:
+        await index.aclose()
+
+
+def test_common_word_queries_are_summed_from_stored_scores_to_fts5_s_bits(listed: SqliteSpaceStore) -> None:
+    pruned = 0
+    for first in range(len(COMMON)):
+        for second in range(first, len(COMMON)):
+            query = " ".join(dict.fromkeys([COMMON[first], COMMON[second]]))
+            for limit in (1, 5, 10):
+                answer = listed._pruned(query, limit)
+                if answer is not None:
+                    pruned += 1
+                    assert answer == listed._read(FULL, (fts_query(query), limit)), query
+    assert pruned >= 100, f"only {pruned} rankings were pruned: the fixture no longer stores term scores"
+
+
+def test_term_scores_of_another_version_are_never_read(listed: SqliteSpaceStore) -> None:
+    ((version,),) = listed._read("SELECT value FROM meta WHERE key = 'version'")
+    listed._read("UPDATE meta SET value = 'stale' WHERE key = 'term_scores'")
+    listed._read("UPDATE chunks_fts_postings SET scores = zeroblob(length(scores))")  # read, they would rank wrongly
+    try:
+        listed._term_scores_tried = version  # not rebuilt on the way
+        for query in ("self return", "value", "name data error"):
+            answer = listed._pruned(query, 5)
+            assert answer is None or {r for r, _ in answer} == {r for r, _ in listed._read(FULL, (fts_query(query), 5))}
+    finally:
+        listed._term_scores_tried = ""
+        listed.save_term_scores(int(version))
+    assert listed._read("SELECT value FROM meta WHERE key = 'term_scores'") == [(version,)]
+    assert listed._pruned("value", 5) == listed._read(FULL, (fts_query("value"), 5))
+
+
+def test_a_word_whose_stem_stems_again_to_another_is_asked_as_written(listed: SqliteSpaceStore) -> None:
+    assert listed._top.tokens("erase") == ("eras",) and listed._top.tokens("eras") != ("eras",)
+    for query in ("self erase", "return value erase", "name EventGenerator self"):
+        answer = listed._pruned(query, 10)
+        assert answer is not None, query
+        assert answer == listed._read(FULL, (fts_query(query), 10)), query
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(COMMON), min_size=1, max_size=4)
+    | st.lists(st.sampled_from(COMMON + RARE[:6]), min_size=1, max_size=4),
+    limit=st.integers(min_value=1, max_value=20),
+)
+def test_a_pruned_ranking_is_the_full_ranking(listed: SqliteSpaceStore, words: list[str], limit: int) -> None:
+    query = " ".join(words)
+    answer = listed._pruned(query, limit)
+    full = listed._read(FULL, (fts_query(query), limit))
+    common = all(len(listed._read(EVERY, (fts_query(word),))) > 30 for word in words)
+    if answer is not None and common:  # summed from the stored scores: to the bit
+        assert answer == full, query
+    elif answer is not None:  # the rare-phrase pruning: its sums are added in another order (last bits)
+        assert {rowid for rowid, _ in answer} == {rowid for rowid, _ in full}, query
