@@ -114,6 +114,7 @@ class SqliteSpaceStore:
         self._vectors: VectorMatrix | None = None
         self._top = FtsTopK("chunks_fts", TOKENIZER, _WEIGHTS)
         self._term_scores_tried = ""
+        self._storing_scores = threading.Lock()
 
     @property
     def _reader(self) -> sqlite3.Connection:
@@ -247,16 +248,25 @@ class SqliteSpaceStore:
                 reader.execute("COMMIT")
         if found is not None or current or version == "0" or self._term_scores_tried == version:
             return found
-        self._term_scores_tried = version
-        with contextlib.suppress(OSError, sqlite3.Error):  # a read-only folder, a busy writer: the full query
-            self.save_term_scores(int(version))
-            return self._pruned(query, limit)
-        return None
+        if not self._storing_scores.acquire(blocking=False):
+            return None  # a refresh (or another search) is storing them: the full query meanwhile, not a wait
+        try:
+            self._term_scores_tried = version
+            with contextlib.suppress(OSError, sqlite3.Error):  # a read-only folder, a busy writer: the full query
+                self._save_term_scores(int(version))
+        finally:
+            self._storing_scores.release()
+        return self._pruned(query, limit)
 
     def save_term_scores(self, version: int) -> tuple[int, int]:
         """Store the common terms' scores of ``version`` (:mod:`berth.knowledge.term_postings`) and commit their
         stamp, unless a refresh committed another version meanwhile (it stores its own): (terms, rows) stored.
-        A refresh that changes chunks calls it after committing; so does the first search that could use them."""
+        A refresh that changes chunks calls it after committing; so does the first search that could use them
+        (unless they are being stored meanwhile: one store at a time, and a search does not wait for it)."""
+        with self._storing_scores:
+            return self._save_term_scores(version)
+
+    def _save_term_scores(self, version: int) -> tuple[int, int]:
         with self._write_transaction() as writer:
             committed = dict(writer.execute(_STAMPS).fetchall())
             if int(committed.get("version", "0")) != version:

@@ -158,6 +158,19 @@ def test_term_scores_of_another_version_are_never_read(listed: SqliteSpaceStore)
     assert listed._pruned("value", 5) == listed._read(FULL, (fts_query("value"), 5))
 
 
+def test_a_search_while_the_scores_are_being_stored_neither_waits_nor_stores_them_again(
+    listed: SqliteSpaceStore,
+) -> None:
+    ((version,),) = listed._read("SELECT value FROM meta WHERE key = 'version'")
+    listed._read("UPDATE meta SET value = 'stale' WHERE key = 'term_scores'")
+    with listed._storing_scores:  # what a refresh holds while it stores its version's scores
+        answer = listed._pruned("self return", 5)
+        assert answer is None or answer == listed._read(FULL, (fts_query("self return"), 5))
+        assert listed._read("SELECT value FROM meta WHERE key = 'term_scores'") == [("stale",)]
+    assert listed._pruned("self return", 5) == listed._read(FULL, (fts_query("self return"), 5))
+    assert listed._read("SELECT value FROM meta WHERE key = 'term_scores'") == [(version,)], "stored by that search"
+
+
 def test_a_word_whose_stem_stems_again_to_another_is_asked_as_written(listed: SqliteSpaceStore) -> None:
     assert listed._top.tokens("erase") == ("eras",) and listed._top.tokens("eras") != ("eras",)
     for query in ("self erase", "return value erase", "name EventGenerator self"):
