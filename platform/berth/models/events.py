@@ -45,6 +45,16 @@ class Usage(BaseModel):
             cache_creation_input_tokens=self.cache_creation_input_tokens + other.cache_creation_input_tokens,
         )
 
+    @classmethod
+    def total(cls, *usages: Usage) -> Usage:
+        """The sum of ``usages`` as one ``Usage`` (what :meth:`plus` gives them one by one, made once)."""
+        return cls(
+            input_tokens=sum(u.input_tokens for u in usages),
+            output_tokens=sum(u.output_tokens for u in usages),
+            cache_read_input_tokens=sum(u.cache_read_input_tokens for u in usages),
+            cache_creation_input_tokens=sum(u.cache_creation_input_tokens for u in usages),
+        )
+
 
 @dataclass(slots=True)
 class TextDelta:

@@ -34,6 +34,7 @@ from berth.runtime.paths import (
     parse_path,
     path_turn_id,
 )
+from berth.runtime.unvalidated import unvalidated
 
 __all__ = [
     "FINAL_ANSWER_TYPES",
@@ -315,11 +316,8 @@ def _plain_block(
             return None
     if call_id is not None and (type(call_id) is not str or _CALL_ID_RE.fullmatch(call_id) is None):
         return None
-    block = Block.__new__(Block)
-    setattr_ = object.__setattr__
-    setattr_(
-        block,
-        "__dict__",
+    return unvalidated(
+        Block,
         {
             "type": block_type,
             "path": str(path),
@@ -335,8 +333,5 @@ def _plain_block(
             "hidden": False,
             "replacement": None,
         },
+        _shared_fields_set(fields_set),
     )
-    setattr_(block, "__pydantic_fields_set__", _shared_fields_set(fields_set))
-    setattr_(block, "__pydantic_extra__", None)
-    setattr_(block, "__pydantic_private__", None)
-    return block

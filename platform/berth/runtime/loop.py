@@ -265,7 +265,7 @@ class TurnRunner:
         ) -> TurnResult:
             nonlocal usage
             unseen = inbox.close() if inbox is not None else ()
-            usage = summed_usage(usage, *round_usages, state.compaction_usage)  # every call the turn made
+            usage = Usage.total(usage, *round_usages, state.compaction_usage)  # every call the turn made
             state.timeline.contribute(*final)
             answer = decision.answer if decision else None
             used = self._sources_used(answer or "", state.sources)
@@ -959,16 +959,6 @@ def _began(log: TurnLog) -> bool:
 def _live_only(blocks: Sequence[Block]) -> bool:
     """Whether a turn-log entry holds only a live event (a follow-up or steer), not a round of the loop."""
     return bool(blocks) and all(b.type in (BlockType.USER_FOLLOWUP, BlockType.USER_STEER) for b in blocks)
-
-
-def summed_usage(*usages: Usage) -> Usage:
-    """The sum of ``usages`` (what adding them up with :meth:`Usage.plus` gives, made as one ``Usage``)."""
-    return Usage(
-        input_tokens=sum(u.input_tokens for u in usages),
-        output_tokens=sum(u.output_tokens for u in usages),
-        cache_read_input_tokens=sum(u.cache_read_input_tokens for u in usages),
-        cache_creation_input_tokens=sum(u.cache_creation_input_tokens for u in usages),
-    )
 
 
 def model_label(model_ref: ModelRef) -> str:

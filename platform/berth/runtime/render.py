@@ -17,7 +17,7 @@ import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,6 +34,7 @@ from berth.runtime.media import PromptMedia, media_of
 from berth.runtime.pruning import PRUNING_NOTICE, render_pruned_turn
 from berth.runtime.sources import SourcesPool, listed_rows
 from berth.runtime.timeline import Round, Timeline, TurnLayout
+from berth.runtime.unvalidated import unvalidated
 
 __all__ = [
     "BLOCK_SEPARATOR",
@@ -454,31 +455,12 @@ class TimelineRenderer:
         characters += sum(len(part.text) for part in parts[-2:]) + len(BLOCK_SEPARATOR) * (len(parts) - 1)
         # Built from parts this method made: constructed without validating every part again.
         messages = (
-            _constructed(PromptMessage, {"role": "system", "parts": tuple(parts[:1])}),
-            _constructed(PromptMessage, {"role": "user", "parts": tuple(parts[1:])}),
+            unvalidated(PromptMessage, {"role": "system", "parts": tuple(parts[:1])}),
+            unvalidated(PromptMessage, {"role": "user", "parts": tuple(parts[1:])}),
         )
-        return _constructed(
+        return unvalidated(
             RenderedPrompt, {"messages": messages, "checkpoints": checkpoints, "start": start, "characters": characters}
         )
-
-
-_Model = TypeVar("_Model", bound=BaseModel)
-
-
-def _constructed(model: type[_Model], fields: dict[str, Any]) -> _Model:
-    """An instance of ``model`` holding ``fields`` (every field, in the model's order), not validated.
-
-    What ``model.model_construct(**fields)`` makes, for a model without defaults left out, private attributes or
-    extra fields; ``model_construct`` walks every field of the model to find defaults and aliases, which cost
-    about 20,000 instructions per prompt message, three times a round.
-    """
-    instance = model.__new__(model)
-    set_slot = object.__setattr__
-    set_slot(instance, "__dict__", fields)
-    set_slot(instance, "__pydantic_fields_set__", set(fields))
-    set_slot(instance, "__pydantic_extra__", None)
-    set_slot(instance, "__pydantic_private__", None)
-    return instance
 
 
 def render_timeline(
